@@ -1,0 +1,77 @@
+"""The in-memory golden: a recorded conversation tree with exact outputs.
+
+A golden stores the tree, not copies: a turn-0 request's input is its group's shared prefix
+followed by its own new tokens; a later turn's input is its parent's input, the parent's output,
+then its own new tokens. `golden_store` writes and reads this to and from zarr.
+
+Logprobs are held as float64 arrays carrying exactly the values the server sent (float64 values
+of float32s for SGLang); comparisons are done on bit patterns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RecordedRequest:
+    """One request of the tree and what the reference server answered."""
+
+    id: str  # "g{group}/b{branch}/t{turn}"
+    group: int
+    branch: int
+    turn: int
+    parent: int  # index into Golden.requests, -1 for turn 0
+    new_tokens: np.ndarray  # int32: appended after the prefix (turn 0) or parent's input+output
+    max_new_tokens: int
+    output_ids: np.ndarray  # int32 [n]
+    logprobs: np.ndarray  # float64 [n], exact values received
+    top_ids: np.ndarray | None = None  # int32 [n, k]; -1 where the server sent fewer than k
+    top_logprobs: np.ndarray | None = None  # float64 [n, k]; NaN where top_ids is -1
+    cached_tokens: int = 0
+    cached_details: dict[str, int] = field(default_factory=dict)
+    finish_reason: str = "length"
+
+
+@dataclass
+class Golden:
+    """A whole recording: scenario, shared prefixes, requests in topological order, metadata."""
+
+    scenario: dict[str, Any]  # ScenarioSpec as a dict
+    prefixes: list[np.ndarray]  # int32, one per group
+    requests: list[RecordedRequest]
+    sampling: dict[str, Any]  # sampling_params shared by all requests (without max_new_tokens)
+    meta: dict[str, Any] = field(default_factory=dict)  # server/model info, tool, platform, api
+
+    @property
+    def top_k(self) -> int:
+        for r in self.requests:
+            if r.top_ids is not None:
+                return int(r.top_ids.shape[1])
+        return 0
+
+    def index(self, request_id: str) -> int:
+        for i, r in enumerate(self.requests):
+            if r.id == request_id:
+                return i
+        raise KeyError(request_id)
+
+    def input_ids(self, i: int) -> np.ndarray:
+        """The exact input tokens of request i, rebuilt from the tree."""
+        parts: list[np.ndarray] = []
+        node = self.requests[i]
+        chain = [node]
+        while node.parent >= 0:
+            node = self.requests[node.parent]
+            chain.append(node)
+        root = chain[-1]
+        parts.append(self.prefixes[root.group])
+        for depth, n in enumerate(reversed(chain)):
+            if depth > 0:
+                prev = chain[len(chain) - depth]
+                parts.append(prev.output_ids)
+            parts.append(n.new_tokens)
+        return np.concatenate(parts).astype(np.int32)
