@@ -1,0 +1,152 @@
+"""One async HTTP client for an SGLang-protocol server: session, pool, timeouts, retries.
+
+Retries happen only where a retry cannot change the measurement: the request never reached the
+server (connection refused / DNS / connect timeout) or the server declined it before doing any
+work (HTTP 429, 503). A 5xx, a reset mid-body or a read timeout is an error, never retried: the
+server may have run the request and changed its cache. `/flush_cache` answering 400 (requests
+still draining) is retried briefly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from replay.errors import MalformedResponse, ServerError
+
+RETRYABLE_STATUS = {429, 503}
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    concurrency: int = 16  # requests in flight at once
+    connect_timeout: float = 10.0  # seconds to open a connection
+    request_timeout: float = 900.0  # seconds for one whole request, body included
+    retries: int = 3  # extra attempts for retryable failures
+    backoff: float = 0.5  # seconds, doubled per attempt
+    flush_wait: float = 30.0  # seconds to keep retrying /flush_cache while busy
+    api_key: str | None = None  # sent as a Bearer token, never logged
+
+
+class ServerClient:
+    """Use as `async with ServerClient(url, options) as client:`."""
+
+    def __init__(self, url: str, options: ClientOptions | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.options = options or ClientOptions()
+        self._session: aiohttp.ClientSession | None = None
+        self._slots = asyncio.Semaphore(self.options.concurrency)
+
+    async def __aenter__(self) -> "ServerClient":
+        timeout = aiohttp.ClientTimeout(
+            total=self.options.request_timeout, sock_connect=self.options.connect_timeout
+        )
+        headers = {}
+        if self.options.api_key:
+            headers["Authorization"] = f"Bearer {self.options.api_key}"
+        connector = aiohttp.TCPConnector(limit=self.options.concurrency)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, headers=headers, connector=connector, json_serialize=json.dumps
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def generate(self, body: dict[str, Any], request_id: str) -> Any:
+        async with self._slots:
+            return await self._call("POST", "/generate", request_id, body=body)
+
+    async def server_info(self) -> dict[str, Any]:
+        return await self._info("/server_info", "/get_server_info")
+
+    async def model_info(self) -> dict[str, Any]:
+        return await self._info("/model_info", "/get_model_info")
+
+    async def flush_cache(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.flush_wait
+        while True:
+            status, text = await self._raw("POST", "/flush_cache", "flush_cache")
+            if status == 200:
+                return
+            if status != 400 or loop.time() >= deadline:
+                raise ServerError(f"{self.url}/flush_cache answered HTTP {status}: {_short(text)}")
+            await asyncio.sleep(0.2)
+
+    async def _info(self, path: str, old_path: str) -> dict[str, Any]:
+        status, text = await self._raw("GET", path, path)
+        if status == 404:
+            status, text = await self._raw("GET", old_path, old_path)
+        if status != 200:
+            raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}")
+        data = _decode(text, path)
+        if not isinstance(data, dict):
+            raise MalformedResponse(f"{path}: expected a JSON object")
+        return data
+
+    async def _call(self, method: str, path: str, request_id: str, body: Any = None) -> Any:
+        status, text = await self._raw(method, path, request_id, body)
+        if status != 200:
+            raise ServerError(
+                f"request {request_id}: {self.url}{path} answered HTTP {status}: {_short(text)}"
+            )
+        return _decode(text, f"request {request_id}")
+
+    async def _raw(
+        self, method: str, path: str, what: str, body: Any = None
+    ) -> tuple[int, str]:
+        """One exchange, with retries only where the server did no work."""
+        assert self._session is not None, "use ServerClient as an async context manager"
+        delay = self.options.backoff
+        for attempt in range(self.options.retries + 1):
+            last = attempt == self.options.retries
+            try:
+                async with self._session.request(method, self.url + path, json=body) as resp:
+                    text = await resp.text()
+                    if resp.status in RETRYABLE_STATUS and not last:
+                        await asyncio.sleep(delay)
+                        delay *= 2
+                        continue
+                    return resp.status, text
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                if last:
+                    raise ServerError(f"{what}: cannot connect to {self.url}: {_reason(exc)}") from None
+                await asyncio.sleep(delay)
+                delay *= 2
+            except asyncio.TimeoutError:
+                raise ServerError(
+                    f"{what}: no complete answer from {self.url} within "
+                    f"{self.options.request_timeout:g} s"
+                ) from None
+            except aiohttp.ClientError as exc:
+                raise ServerError(f"{what}: connection to {self.url} failed: {_reason(exc)}") from None
+        raise AssertionError("unreachable")
+
+
+def _decode(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedResponse(f"{what}: response is not JSON ({exc.msg} at {exc.pos})") from None
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,167 @@
+"""SGLang's /generate protocol: the request body we send and the response we accept.
+
+The parser is strict: anything outside the protocol's promise raises `MalformedResponse` naming the
+request, because a response we cannot read exactly must never become a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from replay.errors import MalformedResponse
+
+SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
+
+
+def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> dict[str, Any]:
+    """A greedy generate request asking for output logprobs only (prefix reuse stays possible)."""
+    body: dict[str, Any] = {
+        "input_ids": [int(t) for t in input_ids],
+        "sampling_params": {**SAMPLING, "max_new_tokens": int(max_new_tokens)},
+        "return_logprob": True,
+        "logprob_start_len": -1,
+        "top_logprobs_num": int(top_k),
+        "return_text_in_logprobs": False,
+    }
+    return body
+
+
+@dataclass
+class Completion:
+    """One parsed /generate response, values exactly as sent (float64 of the server's float32)."""
+
+    output_ids: np.ndarray  # int32 [n]
+    logprobs: np.ndarray  # float64 [n]
+    top_ids: np.ndarray | None  # int32 [n, k], -1 where fewer than k were sent
+    top_logprobs: np.ndarray | None  # float64 [n, k], NaN where top_ids is -1
+    cached_tokens: int
+    cached_details: dict[str, int] = field(default_factory=dict)
+    finish_reason: str = "length"
+    prompt_tokens: int | None = None
+
+
+def _fail(request_id: str, what: str) -> MalformedResponse:
+    return MalformedResponse(f"request {request_id}: malformed response: {what}")
+
+
+def _number(value: Any, request_id: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(request_id, f"{where} is {value!r}, not a number")
+    return float(value)
+
+
+def _token(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(request_id, f"{where} is {value!r}, not a token id")
+    if value < 0 or (vocab_size is not None and value >= vocab_size):
+        raise _fail(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
+    return value
+
+
+def _count(meta: dict[str, Any], key: str, request_id: str, required: bool) -> int | None:
+    value = meta.get(key)
+    if value is None:
+        if required:
+            raise _fail(request_id, f"meta_info.{key} is missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(request_id, f"meta_info.{key} is {value!r}, not a count")
+    return value
+
+
+def parse_completion(
+    obj: Any,
+    request_id: str,
+    *,
+    max_new_tokens: int,
+    top_k: int,
+    vocab_size: int | None = None,
+) -> Completion:
+    """Validate and convert one /generate response object."""
+    if not isinstance(obj, dict):
+        raise _fail(request_id, f"expected a JSON object, got {type(obj).__name__}")
+    meta = obj.get("meta_info")
+    if not isinstance(meta, dict):
+        raise _fail(request_id, "meta_info is missing")
+    ids_raw = obj.get("output_ids")
+    if not isinstance(ids_raw, list):
+        raise _fail(request_id, "output_ids is missing")
+    n = len(ids_raw)
+    output_ids = np.array(
+        [_token(t, request_id, f"output_ids[{i}]", vocab_size) for i, t in enumerate(ids_raw)],
+        dtype=np.int32,
+    )
+    if n != max_new_tokens:
+        raise _fail(request_id, f"{n} output tokens, expected exactly {max_new_tokens} (ignore_eos)")
+
+    token_lps = meta.get("output_token_logprobs")
+    if not isinstance(token_lps, list) or len(token_lps) != n:
+        got = len(token_lps) if isinstance(token_lps, list) else token_lps
+        raise _fail(request_id, f"output_token_logprobs has {got!r} entries for {n} output ids")
+    logprobs = np.empty(n, dtype=np.float64)
+    for i, entry in enumerate(token_lps):
+        if not isinstance(entry, list) or len(entry) < 2:
+            raise _fail(request_id, f"output_token_logprobs[{i}] is {entry!r}")
+        logprobs[i] = _number(entry[0], request_id, f"output_token_logprobs[{i}][0]")
+        tok = _token(entry[1], request_id, f"output_token_logprobs[{i}][1]", vocab_size)
+        if tok != output_ids[i]:
+            raise _fail(request_id, f"output_token_logprobs[{i}] names token {tok}, output_ids has {output_ids[i]}")
+
+    top_ids = top_lps = None
+    if top_k > 0:
+        top_ids, top_lps = _parse_top(meta, request_id, n, top_k, vocab_size)
+
+    finish = meta.get("finish_reason")
+    finish_type = finish.get("type") if isinstance(finish, dict) else finish
+    if not isinstance(finish_type, str):
+        raise _fail(request_id, f"finish_reason is {finish!r}")
+
+    cached = _count(meta, "cached_tokens", request_id, required=True)
+    details_raw = meta.get("cached_tokens_details") or {}
+    if not isinstance(details_raw, dict):
+        raise _fail(request_id, f"cached_tokens_details is {details_raw!r}")
+    details = {
+        k: int(v) for k, v in details_raw.items()
+        if isinstance(v, int) and not isinstance(v, bool)
+    }
+    return Completion(
+        output_ids=output_ids,
+        logprobs=logprobs,
+        top_ids=top_ids,
+        top_logprobs=top_lps,
+        cached_tokens=int(cached or 0),
+        cached_details=details,
+        finish_reason=finish_type,
+        prompt_tokens=_count(meta, "prompt_tokens", request_id, required=False),
+    )
+
+
+def _parse_top(
+    meta: dict[str, Any], request_id: str, n: int, k: int, vocab_size: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    rows = meta.get("output_top_logprobs")
+    if not isinstance(rows, list) or len(rows) != n:
+        got = len(rows) if isinstance(rows, list) else rows
+        raise _fail(request_id, f"output_top_logprobs has {got!r} rows for {n} output ids")
+    ids = np.full((n, k), -1, dtype=np.int32)
+    vals = np.full((n, k), np.nan, dtype=np.float64)
+    for i, row in enumerate(rows):
+        if row is None:
+            continue
+        if not isinstance(row, list) or len(row) > k:
+            raise _fail(request_id, f"output_top_logprobs[{i}] is not a list of at most {k} entries")
+        seen: set[int] = set()
+        for j, entry in enumerate(row):
+            if not isinstance(entry, list) or len(entry) < 2:
+                raise _fail(request_id, f"output_top_logprobs[{i}][{j}] is {entry!r}")
+            tok = _token(entry[1], request_id, f"output_top_logprobs[{i}][{j}][1]", vocab_size)
+            if tok in seen:
+                raise _fail(request_id, f"output_top_logprobs[{i}] lists token {tok} twice")
+            seen.add(tok)
+            ids[i, j] = tok
+            vals[i, j] = _number(entry[0], request_id, f"output_top_logprobs[{i}][{j}][0]")
+    return ids, vals
+
