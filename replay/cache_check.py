@@ -1,0 +1,122 @@
+"""Cache-hit expectations: a replay in which nothing was served from cache proves nothing.
+
+For a turn >= 1 request, let `history` be its parent's input length and `output` its parent's
+output length; its input starts with those `history + output` tokens (sglang-protocol.md):
+- `attention` (radix cache over pages of size P): cached_tokens is one of `history + output`,
+  `history + output - 1`, or `floor((history + output - 1) / P) * P`;
+- `mamba:I` (hybrid model, SSM states tracked every I tokens):
+  cached_tokens >= floor((history + output - 1) / I) * I;
+- `none`: no expectation (e.g. replaying against another cache-disabled server).
+Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
+how an over-reported hit is caught.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from replay.errors import UsageError
+
+HYBRID_MARKERS = ("mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next",
+                  "falcon_h1", "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "bamba")
+
+
+@dataclass(frozen=True)
+class CacheExpectation:
+    kind: str  # "none" | "attention" | "mamba"
+    page_size: int = 1
+    interval: int = 1
+
+    def __str__(self) -> str:
+        if self.kind == "mamba":
+            return f"mamba:{self.interval}"
+        if self.kind == "attention":
+            return f"attention(page={self.page_size})"
+        return "none"
+
+    def minimum(self, history: int, output: int) -> int:
+        span = history + output
+        if self.kind == "attention":
+            return min(span - 1, (span - 1) // self.page_size * self.page_size)
+        if self.kind == "mamba":
+            return (span - 1) // self.interval * self.interval
+        return 0
+
+    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int) -> str | None:
+        """Why this hit breaks the expectation, or None."""
+        if cached > prompt - 1:
+            return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
+        if self.kind == "none" or turn == 0:
+            return None
+        span = history + output
+        if self.kind == "attention":
+            allowed = {span, span - 1, (span - 1) // self.page_size * self.page_size}
+            if cached not in allowed:
+                return f"cached_tokens {cached} not in {sorted(allowed)} (attention, page {self.page_size})"
+            return None
+        floor = self.minimum(history, output)
+        if cached < floor:
+            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval})"
+        return None
+
+
+def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
+    """`auto`, `none`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from server_info)."""
+    page = _positive(server_info.get("page_size"), 1)
+    if text == "auto":
+        return auto_expectation(server_info, model_info)
+    if text == "none":
+        return CacheExpectation("none")
+    if text == "attention":
+        return CacheExpectation("attention", page_size=page)
+    kind, _, arg = text.partition(":")
+    if kind == "mamba":
+        interval = _positive(server_info.get("mamba_track_interval"), 0)
+        if arg:
+            try:
+                interval = int(arg)
+            except ValueError:
+                interval = 0
+        if interval <= 0:
+            raise UsageError(f"invalid --expect-cache {text!r}: give mamba:INTERVAL with INTERVAL > 0")
+        return CacheExpectation("mamba", page_size=page, interval=interval)
+    raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, attention or mamba:INTERVAL")
+
+
+def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
+    """Derive the expectation from what the server reports about itself."""
+    if server_info.get("disable_radix_cache"):
+        return CacheExpectation("none")
+    page = _positive(server_info.get("page_size"), 1)
+    described = " ".join(
+        str(x).lower()
+        for x in (model_info.get("model_type"), model_info.get("architectures"),
+                  model_info.get("model_path"), server_info.get("model_path"))
+    )
+    interval = _positive(server_info.get("mamba_track_interval"), 0)
+    if interval and any(m in described for m in HYBRID_MARKERS):
+        return CacheExpectation("mamba", page_size=page, interval=interval)
+    return CacheExpectation("attention", page_size=page)
+
+
+def _positive(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+@dataclass
+class HitTally:
+    """Hit lengths and tiers over a replay, for the report and --require-tier."""
+
+    lengths: Counter[int] = field(default_factory=Counter)
+    tiers: Counter[str] = field(default_factory=Counter)
+
+    def add(self, cached: int, details: dict[str, int]) -> None:
+        self.lengths[cached] += 1
+        for tier, n in details.items():
+            if n > 0:
+                self.tiers[tier] += n
+
+    def histogram(self) -> dict[str, int]:
+        return {str(k): v for k, v in sorted(self.lengths.items())}
