@@ -1,0 +1,240 @@
+"""`golden`: record cache-disabled reference logprobs, replay them against a cached server,
+diff every token bit for bit.
+
+Exit codes: 0 pass, 1 fail (divergence beyond the policy, or a cache expectation unmet),
+2 error (bad arguments or golden, unreachable or misbehaving server, model mismatch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from cli import render
+from replay.client import ClientOptions, ServerClient
+from replay.diff import Policy
+from replay.errors import GoldenError, UsageError
+from replay.fingerprint import redact_url
+from replay.golden_store import golden_summary, read_golden, verify_golden, write_golden
+from replay.golden_compare import compare_goldens
+from replay.recorder import NonDeterministicReference, RecordOptions, record
+from replay.replayer import ReplayOptions, replay
+from replay.report import junit_xml, report_dict, write_json
+from replay.runner import check_schedule
+from replay.scenario import build_plan, load_scenario, with_overrides
+
+app = typer.Typer(
+    help=__doc__,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exits_cleanly(fn: F) -> F:
+    """Errors become one line on stderr and exit code 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GoldenError as exc:
+            render.err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            render.err.print("error: interrupted", markup=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def client_options(concurrency: int, timeout: float, api_key: str | None) -> ClientOptions:
+    if concurrency < 1:
+        raise UsageError("--concurrency must be >= 1")
+    if timeout <= 0:
+        raise UsageError("--timeout must be > 0")
+    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
+
+
+ServerOpt = typer.Option(..., "--server", help="Base URL of an SGLang-protocol server, e.g. http://127.0.0.1:30000.")
+ConcurrencyOpt = typer.Option(16, "--concurrency", help="Requests in flight at once.")
+ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag (see docs/scenarios.md).")
+TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
+ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
+QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar (for CI logs).")
+
+
+@app.command("record")
+@exits_cleanly
+def record_cmd(
+    server: str = ServerOpt,
+    scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name (see `golden scenarios`) or a TOML file."),
+    out: Path = typer.Option(..., "--out", help="Golden to write: a NAME.zarr directory."),
+    seed: int = typer.Option(None, "--seed", help="Override the scenario's seed.", show_default=False),
+    top_k: int = typer.Option(None, "--top-k", help="Override the scenario's top-k logprobs per position.", show_default=False),
+    concurrency: int = ConcurrencyOpt,
+    schedule: str = ScheduleOpt,
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing golden."),
+    check_determinism: int = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit."),
+    timeout: float = TimeoutOpt,
+    api_key: str = ApiKeyOpt,
+    quiet: bool = QuietOpt,
+) -> None:
+    """Record reference outputs of a scenario into a zarr golden (use a cache-disabled server)."""
+    if check_determinism < 1:
+        raise UsageError("--check-determinism must be >= 1")
+    check_schedule(schedule)
+    spec = with_overrides(load_scenario(scenario), seed=seed, top_k=top_k)
+    plan = build_plan(spec)
+    if out.exists() and not force:
+        raise UsageError(f"{out} exists; pass --force to overwrite")
+    options = RecordOptions(schedule=schedule, check_determinism=check_determinism)
+    total = len(plan.requests) * check_determinism
+
+    async def go() -> Any:
+        async with ServerClient(server, client_options(concurrency, timeout, api_key)) as client:
+            info = await client.server_info()
+            if not info.get("disable_radix_cache", False):
+                render.err.print("warning: the server has its radix cache on; a reference should "
+                                 "be recorded with the cache disabled", markup=False)
+            with render.progress_bar(f"record {spec.name}", total, quiet) as tick:
+                return await record(client, plan, options, progress=tick)
+
+    try:
+        golden = asyncio.run(go())
+    except NonDeterministicReference as exc:
+        render.err.print(f"refusing to write {out}: the reference is not deterministic: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    path = write_golden(golden, out, force=force)
+    tokens = sum(len(r.output_ids) for r in golden.requests)
+    render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
+                     f"{redact_url(server)} into {path}", markup=False)
+
+
+@app.command("replay")
+@exits_cleanly
+def replay_cmd(
+    golden_path: Path = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`."),
+    server: str = ServerOpt,
+    report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
+    junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
+    policy: str = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N."),
+    repeat: int = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache)."),
+    schedule: str = ScheduleOpt,
+    expect_cache: str = typer.Option("auto", "--expect-cache", help="auto | none | attention | mamba:INTERVAL."),
+    require_tier: str = typer.Option(None, "--require-tier", help="Fail unless some hits came from this tier: host | storage.", show_default=False),
+    allow_model_mismatch: bool = typer.Option(False, "--allow-model-mismatch", help="Replay even if the server's model differs from the golden's."),
+    concurrency: int = ConcurrencyOpt,
+    timeout: float = TimeoutOpt,
+    api_key: str = ApiKeyOpt,
+    quiet: bool = QuietOpt,
+) -> None:
+    """Replay a golden against a server and diff every token bit for bit."""
+    parsed_policy = Policy.parse(policy)
+    check_schedule(schedule)
+    if repeat < 1:
+        raise UsageError("--repeat must be >= 1")
+    if require_tier not in (None, "host", "storage", "device"):
+        raise UsageError(f"invalid --require-tier {require_tier!r}: use host or storage")
+    options = ReplayOptions(policy=parsed_policy, schedule=schedule, repeat=repeat,
+                            expect_cache=expect_cache, require_tier=require_tier,
+                            allow_model_mismatch=allow_model_mismatch)
+    code = run_replay(golden_path, server, options, client_options(concurrency, timeout, api_key),
+                      report_path=report, junit_path=junit, quiet=quiet)
+    raise typer.Exit(code)
+
+
+def run_replay(golden_path: Path, server: str, options: ReplayOptions, copts: ClientOptions, *,
+               report_path: Path | None, junit_path: Path | None, quiet: bool) -> int:
+    """Replay, print, write the report files; returns the exit code. Shared by replay and demo."""
+    name = str(golden_path)
+    try:
+        golden = read_golden(golden_path)
+
+        async def go() -> Any:
+            async with ServerClient(server, copts) as client:
+                total = len(golden.requests) * options.repeat
+                with render.progress_bar(f"replay {golden_path.name}", total, quiet) as tick:
+                    return await replay(client, golden, name, options, progress=tick)
+
+        result = asyncio.run(go())
+        doc = report_dict(result, golden=name, server=redact_url(server), policy=str(options.policy))
+    except GoldenError as exc:
+        doc = report_dict(None, golden=name, server=redact_url(server), policy=str(options.policy),
+                          error=str(exc))
+    write_reports(doc, report_path, junit_path)
+    table = render.failures_table(doc)
+    if table is not None:
+        render.out.print(table)
+    render.out.print(render.verdict_line(doc), markup=False)
+    return {"pass": 0, "fail": 1}.get(doc["verdict"], 2)
+
+
+def write_reports(doc: dict[str, Any], report_path: Path | None, junit_path: Path | None) -> None:
+    if report_path:
+        write_json(doc, report_path)
+    if junit_path:
+        junit_path.write_text(junit_xml(doc))
+
+
+@app.command()
+@exits_cleanly
+def show(
+    golden_path: Path = typer.Argument(..., metavar="GOLDEN"),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Summarize a golden: scenario, source, and the conversation tree."""
+    summary = golden_summary(golden_path)
+    if as_json:
+        render.out.print(json.dumps(summary, indent=1), markup=False)
+        return
+    golden = read_golden(golden_path)
+    render.out.print(render.golden_tree(golden, str(golden_path)))
+
+
+@app.command()
+@exits_cleanly
+def verify(golden_path: Path = typer.Argument(..., metavar="GOLDEN")) -> None:
+    """Check a golden's integrity (schema, arrays, checksums). Exit 2 if anything is wrong."""
+    problems = verify_golden(golden_path)
+    if problems:
+        for p in problems:
+            render.err.print(f"error: {golden_path}: {p}", markup=False)
+        raise typer.Exit(2)
+    render.out.print(f"{golden_path}: ok", markup=False)
+
+
+@app.command()
+@exits_cleanly
+def diff(
+    a: Path = typer.Argument(..., metavar="A"),
+    b: Path = typer.Argument(..., metavar="B"),
+    policy: str = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N."),
+    report: Path = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
+) -> None:
+    """Compare two goldens of the same scenario by the replay rules (A is the reference)."""
+    doc = compare_goldens(read_golden(a), read_golden(b), str(a), str(b), Policy.parse(policy))
+    write_reports(doc, report, None)
+    table = render.failures_table(doc)
+    if table is not None:
+        render.out.print(table)
+    render.out.print(render.verdict_line(doc), markup=False)
+    raise typer.Exit(0 if doc["verdict"] == "pass" else 1)
+
+
+@app.command()
+def scenarios() -> None:
+    """List the built-in scenarios and their parameters."""
+    render.out.print(render.scenarios_table())
+

@@ -1,0 +1,111 @@
+"""Console output: progress on stderr, tables and the one-line verdict on stdout."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from replay.report import failure_line
+from replay.scenario import PRESETS
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, quiet: bool) -> Iterator[Any]:
+    """Yields a callback advancing the bar by one request (a no-op when quiet)."""
+    if quiet:
+        yield lambda _id: None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda _id: bar.advance(task)
+
+
+def scenarios_table() -> Table:
+    table = Table(title="built-in scenarios")
+    cols = ["name", "groups", "branches", "prefix_len", "suffix_len", "turns", "turn_suffix_len",
+            "max_new_tokens", "token range", "top_k", "seed", "requests"]
+    for c in cols:
+        table.add_column(c)
+    for s in PRESETS.values():
+        table.add_row(s.name, str(s.groups), str(s.branches), str(s.prefix_len), str(s.suffix_len),
+                      str(s.turns), str(s.turn_suffix_len), str(s.max_new_tokens),
+                      f"[{s.token_lo}, {s.token_hi})", str(s.top_k), str(s.seed), str(s.requests))
+    return table
+
+
+def failures_table(report: dict[str, Any], limit: int = 30) -> Table | None:
+    failing = [r for r in report.get("requests", []) if not r["passed"]]
+    if not failing:
+        return None
+    table = Table(title=f"failing requests ({len(failing)})")
+    for c in ("request", "repeat", "status", "pos", "golden tok", "replay tok", "golden logprob",
+              "replay logprob", "ulp", "cached"):
+        table.add_column(c)
+    for r in failing[:limit]:
+        f = r.get("first_divergence") or {}
+        table.add_row(
+            r["id"], str(r["repeat"]), r["status"], str(f.get("position", "")),
+            str(f.get("golden_token", "")), str(f.get("replay_token", "")),
+            str(f.get("golden_logprob", "")), str(f.get("replay_logprob", "")),
+            str(f.get("ulp", "")),
+            str(r["cached_tokens"]) + (f" ({r['cache_problem']})" if r.get("cache_problem") else ""),
+        )
+    if len(failing) > limit:
+        table.caption = f"... and {len(failing) - limit} more (see --report)"
+    return table
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    if report["verdict"] == "error":
+        return f"ERROR: {report['error']}"
+    s = report["summary"]
+    hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
+    tiers = ", ".join(f"{k}={v}" for k, v in sorted(s["cached_tokens_by_tier"].items())) or "-"
+    head = "PASS" if report["verdict"] == "pass" else "FAIL"
+    line = (f"{head}: {s['requests']} requests x {s['repeats']} repeat(s), "
+            f"{s['tokens_compared']} tokens compared, {s['requests_failed']} failed "
+            f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
+            f"policy {report['policy']}, max ulp {s['max_ulp']}; "
+            f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
+    if report.get("tier_problem"):
+        line += f"; {report['tier_problem']}"
+    return line
+
+
+def first_failure_lines(report: dict[str, Any], limit: int = 5) -> list[str]:
+    failing = [r for r in report.get("requests", []) if not r["passed"]]
+    return [f"{r['id']}#{r['repeat']}: {failure_line(r)}" for r in failing[:limit]]
+
+
+def golden_tree(golden: Any, name: str) -> Any:
+    """The conversation tree: group -> branch -> turns, with lengths and recorded hits."""
+    from rich.tree import Tree
+
+    spec = golden.scenario
+    meta = golden.meta
+    model = (meta.get("model_info") or {}).get("model_path", "?")
+    root = Tree(f"{name}: scenario {spec.get('name')} (seed {spec.get('seed')}, top-k "
+                f"{golden.top_k}), model {model}, from {meta.get('server_url', '?')} "
+                f"at {meta.get('created', '?')}")
+    groups: dict[int, Any] = {}
+    nodes: dict[int, Any] = {}
+    for i, r in enumerate(golden.requests):
+        if r.parent < 0:
+            if r.group not in groups:
+                groups[r.group] = root.add(f"g{r.group}: prefix {len(golden.prefixes[r.group])} tokens")
+            parent_node = groups[r.group]
+        else:
+            parent_node = nodes[r.parent]
+        label = (f"{r.id}: input {len(golden.input_ids(i))}, +{len(r.new_tokens)} new, "
+                 f"output {len(r.output_ids)}, cached {r.cached_tokens}")
+        nodes[i] = parent_node.add(label)
+    return root

@@ -1,0 +1,160 @@
+"""A deterministic in-process SGLang-protocol stub for client tests (never shipped to users).
+
+Outputs are a pure function of the tokens before each position, so a replay reproduces a
+recording exactly; a radix-like table of previously seen sequences gives honest `cached_tokens`
+(rounded down to the page size). `tamper(n, input_ids, response)` lets a test change the n-th
+response (0-based over /generate requests), and `fail_status` forces an HTTP error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+Tamper = Callable[[int, list[int], dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class StubConfig:
+    vocab_size: int = 4096
+    page_size: int = 16
+    radix: bool = True  # report cache hits
+    model_path: str = "stub/model@0"
+    tamper: Tamper | None = None
+    fail_status: int | None = None  # every /generate answers this status
+    raw_body: str | None = None  # every /generate answers this text verbatim
+    extra_server_info: dict[str, Any] = field(default_factory=dict)
+
+
+def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
+    """Greedy token, its logprob (a float32 value) and a top list with a tie at the last rank."""
+    h = 1469598103934665603
+    for t in context[-8:]:
+        h = ((h ^ t) * 1099511628211) & 0xFFFFFFFFFFFF
+    h = (h ^ len(context)) & 0xFFFFFFFFFFFF
+    tok = int(h % vocab)
+    lp = float(np.float32(-((h >> 12) % 4000) / 997.0 - 0.01))
+    alts = [(tok, lp)]
+    for j in range(1, 6):
+        alts.append(((tok + 7 * j) % vocab, float(np.float32(lp - 0.5 * j))))
+    alts[5] = ((tok + 35) % vocab, alts[4][1])  # ranks 4 and 5 tie
+    return tok, lp, alts
+
+
+class StubServer:
+    def __init__(self, config: StubConfig | None = None) -> None:
+        self.config = config or StubConfig()
+        self.requests = 0
+        self.seen: list[tuple[int, ...]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    def _cached(self, ids: list[int]) -> int:
+        best = 0
+        for s in self.seen:
+            n = 0
+            for a, b in zip(s, ids):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        best = min(best, len(ids) - 1)
+        return best // self.config.page_size * self.config.page_size
+
+    def complete(self, ids: list[int], max_new: int, k: int) -> dict[str, Any]:
+        cached = self._cached(ids) if self.config.radix else 0
+        context = list(ids)
+        out, lps, tops = [], [], []
+        for _ in range(max_new):
+            tok, lp, alts = next_token(context, self.config.vocab_size)
+            out.append(tok)
+            lps.append([lp, tok, None])
+            tops.append([[v, t, None] for t, v in alts[:k]])
+            context.append(tok)
+        if self.config.radix:
+            self.seen.append(tuple(context[:-1]))
+        return {
+            "text": "", "output_ids": out,
+            "meta_info": {
+                "id": f"stub-{self.requests}", "finish_reason": {"type": "length", "length": max_new},
+                "prompt_tokens": len(ids), "completion_tokens": max_new, "cached_tokens": cached,
+                "cached_tokens_details": {"device": cached, "host": 0},
+                "output_token_logprobs": lps, "output_top_logprobs": tops if k else None,
+                "e2e_latency": 0.0,
+            },
+        }
+
+    async def _generate(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if self.config.fail_status:
+            return web.Response(status=self.config.fail_status, text="stub failure")
+        if self.config.raw_body is not None:
+            return web.Response(text=self.config.raw_body, content_type="application/json")
+        n = self.requests
+        self.requests += 1
+        ids = body["input_ids"]
+        sp = body["sampling_params"]
+        resp = self.complete(ids, sp["max_new_tokens"], body.get("top_logprobs_num", 0))
+        if self.config.tamper:
+            resp = self.config.tamper(n, ids, resp)
+        return web.json_response(resp)
+
+    async def _server_info(self, request: web.Request) -> web.Response:
+        info = {"model_path": self.config.model_path, "page_size": self.config.page_size,
+                "disable_radix_cache": not self.config.radix, "vocab_size": self.config.vocab_size,
+                **self.config.extra_server_info}
+        return web.json_response(info)
+
+    async def _model_info(self, request: web.Request) -> web.Response:
+        return web.json_response({"model_path": self.config.model_path,
+                                  "vocab_size": self.config.vocab_size})
+
+    async def _flush(self, request: web.Request) -> web.Response:
+        self.seen.clear()
+        return web.Response(text="ok")
+
+    def start(self) -> "StubServer":
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_post("/generate", self._generate)
+            app.router.add_get("/server_info", self._server_info)
+            app.router.add_get("/model_info", self._model_info)
+            app.router.add_route("*", "/flush_cache", self._flush)
+            self._runner = web.AppRunner(app)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.url = f"http://127.0.0.1:{port}"
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._thread:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> "StubServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
