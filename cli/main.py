@@ -174,10 +174,7 @@ def run_replay(golden_path: Path, server: str, options: ReplayOptions, copts: Cl
         doc = report_dict(None, golden=name, server=redact_url(server), policy=str(options.policy),
                           error=str(exc))
     write_reports(doc, report_path, junit_path)
-    table = render.failures_table(doc)
-    if table is not None:
-        render.out.print(table)
-    render.out.print(render.verdict_line(doc), markup=False)
+    render.print_outcome(doc)
     return {"pass": 0, "fail": 1}.get(doc["verdict"], 2)
 
 
@@ -226,10 +223,7 @@ def diff(
     """Compare two goldens of the same scenario by the replay rules (A is the reference)."""
     doc = compare_goldens(read_golden(a), read_golden(b), str(a), str(b), Policy.parse(policy))
     write_reports(doc, report, None)
-    table = render.failures_table(doc)
-    if table is not None:
-        render.out.print(table)
-    render.out.print(render.verdict_line(doc), markup=False)
+    render.print_outcome(doc)
     raise typer.Exit(0 if doc["verdict"] == "pass" else 1)
 
 

@@ -81,9 +81,24 @@ def verdict_line(report: dict[str, Any]) -> str:
     return line
 
 
-def first_failure_lines(report: dict[str, Any], limit: int = 5) -> list[str]:
+def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
     failing = [r for r in report.get("requests", []) if not r["passed"]]
-    return [f"{r['id']}#{r['repeat']}: {failure_line(r)}" for r in failing[:limit]]
+    lines = [f"{r['id']} (repeat {r['repeat']}): {failure_line(r)}" for r in failing[:limit]]
+    if len(failing) > limit:
+        lines.append(f"... and {len(failing) - limit} more (see --report)")
+    return lines
+
+
+def print_outcome(report: dict[str, Any]) -> None:
+    """Failing requests (a table on wide terminals, one line each otherwise), then the verdict."""
+    if out.width >= 120:
+        table = failures_table(report)
+        if table is not None:
+            out.print(table)
+    else:
+        for line in first_failure_lines(report):
+            out.print(line, markup=False)
+    out.print(verdict_line(report), markup=False)
 
 
 def golden_tree(golden: Any, name: str) -> Any:
