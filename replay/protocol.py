@@ -101,18 +101,18 @@ def parse_completion(
     if not isinstance(token_lps, list) or len(token_lps) != n:
         got = len(token_lps) if isinstance(token_lps, list) else token_lps
         raise _fail(request_id, f"output_token_logprobs has {got!r} entries for {n} output ids")
-    logprobs = np.empty(n, dtype=np.float64)
-    for i, entry in enumerate(token_lps):
-        if not isinstance(entry, list) or len(entry) < 2:
-            raise _fail(request_id, f"output_token_logprobs[{i}] is {entry!r}")
-        logprobs[i] = _number(entry[0], request_id, f"output_token_logprobs[{i}][0]")
-        tok = _token(entry[1], request_id, f"output_token_logprobs[{i}][1]", vocab_size)
-        if tok != output_ids[i]:
-            raise _fail(request_id, f"output_token_logprobs[{i}] names token {tok}, output_ids has {output_ids[i]}")
+    logprobs = _fast_token_logprobs(token_lps, output_ids, vocab_size)
+    if logprobs is None:  # something is off: the slow path names it
+        logprobs = _checked_token_logprobs(token_lps, output_ids, request_id, vocab_size)
 
     top_ids = top_lps = None
     if top_k > 0:
-        top_ids, top_lps = _parse_top(meta, request_id, n, top_k, vocab_size)
+        rows = meta.get("output_top_logprobs")
+        if not isinstance(rows, list) or len(rows) != n:
+            got = len(rows) if isinstance(rows, list) else rows
+            raise _fail(request_id, f"output_top_logprobs has {got!r} rows for {n} output ids")
+        fast = _fast_top(rows, top_k, vocab_size)
+        top_ids, top_lps = fast if fast else _checked_top(rows, request_id, top_k, vocab_size)
 
     finish = meta.get("finish_reason")
     finish_type = finish.get("type") if isinstance(finish, dict) else finish
@@ -139,13 +139,67 @@ def parse_completion(
     )
 
 
-def _parse_top(
-    meta: dict[str, Any], request_id: str, n: int, k: int, vocab_size: int | None
+def _checked_token_logprobs(
+    entries: list[Any], output_ids: np.ndarray, request_id: str, vocab_size: int | None
+) -> np.ndarray:
+    logprobs = np.empty(len(entries), dtype=np.float64)
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, list) or len(entry) < 2:
+            raise _fail(request_id, f"output_token_logprobs[{i}] is {entry!r}")
+        logprobs[i] = _number(entry[0], request_id, f"output_token_logprobs[{i}][0]")
+        tok = _token(entry[1], request_id, f"output_token_logprobs[{i}][1]", vocab_size)
+        if tok != output_ids[i]:
+            raise _fail(request_id, f"output_token_logprobs[{i}] names token {tok}, output_ids has {output_ids[i]}")
+    return logprobs
+
+
+_NUMBER_TYPES = {float, int}
+
+
+def _fast_token_logprobs(
+    entries: list[Any], output_ids: np.ndarray, vocab_size: int | None
+) -> np.ndarray | None:
+    """The common, well-formed case in a few C-speed passes; None when anything is unusual."""
+    try:
+        values = [e[0] for e in entries]
+        tokens = [e[1] for e in entries]
+    except (TypeError, IndexError, KeyError):
+        return None
+    if not set(map(type, values)) <= _NUMBER_TYPES or not set(map(type, tokens)) <= {int}:
+        return None
+    if tokens and not np.array_equal(np.array(tokens, dtype=np.int64), output_ids):
+        return None
+    return np.array(values, dtype=np.float64)
+
+
+def _fast_top(
+    rows: list[Any], k: int, vocab_size: int | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Full rows of exactly k well-typed, in-vocabulary, distinct entries; else None."""
+    n = len(rows)
+    try:
+        if any(type(row) is not list or len(row) != k for row in rows):
+            return None
+        flat = [e for row in rows for e in row]
+        values = [e[0] for e in flat]
+        tokens = [e[1] for e in flat]
+    except (TypeError, IndexError, KeyError):
+        return None
+    if not set(map(type, values)) <= _NUMBER_TYPES or not set(map(type, tokens)) <= {int}:
+        return None
+    ids = np.array(tokens, dtype=np.int64).reshape(n, k)
+    if ids.size and (ids.min() < 0 or (vocab_size is not None and ids.max() >= vocab_size)):
+        return None
+    ordered = np.sort(ids, axis=1)
+    if k > 1 and np.any(ordered[:, 1:] == ordered[:, :-1]):
+        return None
+    return ids.astype(np.int32), np.array(values, dtype=np.float64).reshape(n, k)
+
+
+def _checked_top(
+    rows: list[Any], request_id: str, k: int, vocab_size: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    rows = meta.get("output_top_logprobs")
-    if not isinstance(rows, list) or len(rows) != n:
-        got = len(rows) if isinstance(rows, list) else rows
-        raise _fail(request_id, f"output_top_logprobs has {got!r} rows for {n} output ids")
+    n = len(rows)
     ids = np.full((n, k), -1, dtype=np.int32)
     vals = np.full((n, k), np.nan, dtype=np.float64)
     for i, row in enumerate(rows):
