@@ -25,6 +25,7 @@ from replay.errors import GoldenError, UsageError
 from replay.fingerprint import redact_url
 from replay.golden_store import golden_summary, read_golden, verify_golden, write_golden
 from replay.golden_compare import compare_goldens
+from replay.journal import journal_path
 from replay.recorder import NonDeterministicReference, RecordOptions, record
 from replay.replayer import ReplayOptions, replay
 from replay.report import junit_xml, report_dict, write_json
@@ -86,6 +87,7 @@ def record_cmd(
     concurrency: int = ConcurrencyOpt,
     schedule: str = ScheduleOpt,
     force: bool = typer.Option(False, "--force", help="Overwrite an existing golden."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted recording from its journal (.NAME.zarr.journal)."),
     check_determinism: int = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit."),
     timeout: float = TimeoutOpt,
     api_key: str = ApiKeyOpt,
@@ -99,7 +101,9 @@ def record_cmd(
     plan = build_plan(spec)
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite")
-    options = RecordOptions(schedule=schedule, check_determinism=check_determinism)
+    journal = journal_path(out)
+    options = RecordOptions(schedule=schedule, check_determinism=check_determinism,
+                            journal=journal, resume=resume)
     total = len(plan.requests) * check_determinism
 
     async def go() -> Any:
@@ -114,9 +118,11 @@ def record_cmd(
     try:
         golden = asyncio.run(go())
     except NonDeterministicReference as exc:
+        journal.unlink(missing_ok=True)
         render.err.print(f"refusing to write {out}: the reference is not deterministic: {exc}", markup=False)
         raise typer.Exit(1) from None
     path = write_golden(golden, out, force=force)
+    journal.unlink(missing_ok=True)
     tokens = sum(len(r.output_ids) for r in golden.requests)
     render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
                      f"{redact_url(server)} into {path}", markup=False)

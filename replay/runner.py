@@ -82,7 +82,7 @@ async def _run_dag(jobs: Sequence[Job], one: Callable[[Job], Awaitable[None]]) -
     done: dict[int, asyncio.Event] = {j.index: asyncio.Event() for j in jobs}
 
     async def after_parent(job: Job) -> None:
-        if job.parent >= 0:
+        if job.parent in done:  # a parent outside `jobs` (e.g. resumed) is already complete
             await done[job.parent].wait()
         await one(job)
         done[job.index].set()

@@ -30,6 +30,7 @@ class StubConfig:
     fail_status: int | None = None  # every /generate answers this status
     raw_body: str | None = None  # every /generate answers this text verbatim
     extra_server_info: dict[str, Any] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before each /generate answer
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -98,6 +99,8 @@ class StubServer:
             return web.Response(status=self.config.fail_status, text="stub failure")
         if self.config.raw_body is not None:
             return web.Response(text=self.config.raw_body, content_type="application/json")
+        if self.config.delay:
+            await asyncio.sleep(self.config.delay)
         n = self.requests
         self.requests += 1
         ids = body["input_ids"]

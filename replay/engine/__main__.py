@@ -1,0 +1,35 @@
+"""`python -m replay.engine --profile P [--host H] [--port N] [--fault F] [--device D] [--model M]
+[--seed S]`: serve the embedded engine until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from replay.engine.faults import FAULTS
+from replay.engine.options import PROFILES, profile_options
+from replay.engine.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m replay.engine", description=__doc__)
+    parser.add_argument("--profile", default="reference", choices=sorted(PROFILES))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000, help="0: any free port")
+    parser.add_argument("--fault", choices=sorted(FAULTS), help="inject one cache bug")
+    parser.add_argument("--device", help="torch device for the model and KV pool (default cpu)")
+    parser.add_argument("--model", help="model config name (default tiny)")
+    parser.add_argument("--seed", type=int, help="weight seed (default 0)")
+    args = parser.parse_args(argv)
+    try:
+        options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
+                                  device=args.device, model=args.model, seed=args.seed)
+        serve(options, launch_command=" ".join(["python -m replay.engine", *sys.argv[1:]]))
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Float32 arithmetic that gives the same bits on any batch shape, thread count, CPU and CUDA.
+
+Why (docs/engine-model.md, /shared/portable-math.md): BLAS matmuls and built-in reductions or
+transcendentals change bits with the batch size, the CPU capability and the device. Single IEEE
+operations (+, -, *, /, floor, min/max, integer bit tricks) do not. So everything here is built from
+those alone, one torch op per arithmetic step (no fused multiply-add), with every reduction a
+fixed-shape halving tree:
+
+* `tree_sum` pairs element i with i + h, h = half the axis padded to a power of two, and repeats.
+  Padding with zeros to *any* larger power of two adds only exact zeros, so the bits depend on the
+  real elements alone (except the sign of an all-zero result: see `canonical_zero`). That is what
+  makes attention over a varying number of keys chunking-invariant.
+* `linear` forms every product x[m, k] * w[k, n] elementwise and tree-sums over k, row by row, so a
+  row's result cannot depend on which other rows share the call.
+* `ExactMath` builds exp, log, rsqrt, silu, softplus and log-softmax from + - * / only, with its
+  constants as float32 tensors on the model's device (never Python floats for the backend to round,
+  and never a CPU scalar divisor, which CUDA turns into a reciprocal multiply).
+* `rope_tables` makes RoPE's cos/sin once, in numpy float64, from + - * / and fmod only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dataclasses import dataclass, field
+
+F32 = torch.float32
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
+
+
+def tree_sum_(a: torch.Tensor, dim: int) -> torch.Tensor:
+    """Halving tree sum over `dim`, in place (a is overwritten); returns a view with `dim` removed.
+
+    Same bits as zero-padding `dim` to the next power of two p and repeating
+    `a = a[:p/2] + a[p/2:]`, without touching the padding: the real upper-half elements are added
+    into the lower half and the lower-half elements without a partner are kept as they are.
+    """
+    dim = dim % a.dim()
+    n = a.shape[dim]
+    if n < 1:
+        raise ValueError("tree_sum over an empty axis")
+    while n > 1:
+        half = next_pow2(n) // 2
+        tail = n - half
+        a.narrow(dim, 0, tail).add_(a.narrow(dim, half, tail))
+        n = half
+    return a.select(dim, 0)
+
+
+def tree_sum(a: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """`tree_sum_` without modifying `a` (the first level writes a new tensor of half the size)."""
+    dim = dim % a.dim()
+    n = a.shape[dim]
+    if n == 1:
+        return a.select(dim, 0).clone()
+    if n < 1:
+        raise ValueError("tree_sum over an empty axis")
+    half = next_pow2(n) // 2
+    tail = n - half
+    if tail == half:
+        first = a.narrow(dim, 0, half) + a.narrow(dim, half, half)
+    else:
+        first = a.narrow(dim, 0, half).clone()
+        first.narrow(dim, 0, tail).add_(a.narrow(dim, half, tail))
+    return tree_sum_(first, dim)
+
+
+@dataclass
+class Workspace:
+    """Reusable scratch memory for the product tensors of one forward call.
+
+    `chunk_elems` bounds how many float32 products are materialised at once (rows are chunked to
+    fit); results never depend on it, only speed and memory do. Kept per call, not per model, so
+    that forward stays reentrant.
+    """
+
+    device: torch.device
+    chunk_elems: int
+    _buffer: torch.Tensor | None = field(default=None, repr=False)
+
+    def take(self, *shape: int) -> torch.Tensor:
+        """An uninitialised float32 tensor of `shape` backed by the shared scratch buffer."""
+        numel = 1
+        for size in shape:
+            numel *= size
+        if self._buffer is None or self._buffer.numel() < numel:
+            self._buffer = torch.empty(max(numel, self.chunk_elems), dtype=F32, device=self.device)
+        return self._buffer[:numel].view(shape)
+
+    def rows_per_chunk(self, elems_per_row: int) -> int:
+        return max(1, self.chunk_elems // max(1, elems_per_row))
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, workspace: Workspace) -> torch.Tensor:
+    """x [M, K] @ w [K, N] as elementwise products and a halving tree over K, per row.
+
+    Bit-identical to `tree_sum((x[:, :, None] * w[None]).transpose(1, 2), -1)`; the [M, K, N]
+    layout keeps N innermost so that every tree level is a contiguous vector add.
+    """
+    m, k = x.shape
+    n = w.shape[1]
+    out = torch.empty(m, n, dtype=F32, device=x.device)
+    rows = workspace.rows_per_chunk(k * n)
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        products = workspace.take(r1 - r0, k, n)
+        torch.mul(x[r0:r1, :, None], w[None], out=products)
+        out[r0:r1] = tree_sum_(products, 1)
+    return out
+
+
+class ExactMath:
+    """Transcendentals from basic float32 operations, with constants on one device."""
+
+    # exp: x = k*ln2 + r with ln2 split so that k*LN2_HI is exact (Cody-Waite), |r| <= ln2/2.
+    EXP_LOW = -87.0  # below: result 0 (2^k would leave the normal range)
+    EXP_HIGH = 88.0  # above: saturates at exp(88) ~ 1.65e38
+    LN2_HI = 0.693359375  # 355/512: 9 significant bits
+    LN2_LO = -2.1219444005469057e-4  # ln2 - LN2_HI
+    INV_LN2 = 1.4426950408889634
+    # Taylor coefficients of exp(r), degree 8 (truncation < 1e-9 relative on |r| <= 0.35).
+    EXP_COEFFS = (1.0, 1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040, 1 / 40320)
+    # log(m) = 2 atanh(f), f = (m-1)/(m+1), m in [sqrt(1/2), sqrt(2)): 2 * sum f^(2i+1) / (2i+1).
+    LOG_COEFFS = tuple(2.0 / (2 * i + 1) for i in range(8))
+    SQRT2 = 1.4142135623730951
+    RSQRT_MAGIC = 0x5F3759DF
+    RSQRT_NEWTON_STEPS = 4
+    SOFTPLUS_LINEAR_ABOVE = 20.0
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+
+        def const(value: float) -> torch.Tensor:
+            return torch.tensor(value, dtype=F32, device=self.device)
+
+        self.zero = const(0.0)
+        self.half = const(0.5)
+        self.one = const(1.0)
+        self.three_halves = const(1.5)
+        self.neg_inf = const(float("-inf"))
+        self.exp_low = const(self.EXP_LOW)
+        self.exp_high = const(self.EXP_HIGH)
+        self.ln2_hi = const(self.LN2_HI)
+        self.ln2_lo = const(self.LN2_LO)
+        self.inv_ln2 = const(self.INV_LN2)
+        self.exp_coeffs = [const(c) for c in self.EXP_COEFFS]
+        self.log_coeffs = [const(c) for c in self.LOG_COEFFS]
+        self.sqrt2 = const(self.SQRT2)
+        self.softplus_linear_above = const(self.SOFTPLUS_LINEAR_ABOVE)
+
+    def const(self, value: float) -> torch.Tensor:
+        """A float32 scalar tensor on this device (round-to-nearest of `value`)."""
+        return torch.tensor(value, dtype=F32, device=self.device)
+
+    def exp(self, x: torch.Tensor) -> torch.Tensor:
+        """e^x within ~2 ulp; 0 for x < -87 (including -inf); saturates at e^88 above 88."""
+        xc = torch.minimum(torch.maximum(x, self.exp_low), self.exp_high)
+        k = torch.floor(xc * self.inv_ln2 + self.half)
+        r = (xc - k * self.ln2_hi) - k * self.ln2_lo
+        p = self.exp_coeffs[-1]
+        for c in reversed(self.exp_coeffs[:-1]):
+            p = p * r
+            p = p + c
+        scale = ((k.to(torch.int32) + 127) << 23).view(F32)  # exactly 2^k
+        y = p * scale
+        return torch.where(x < self.exp_low, self.zero, y)
+
+    def log(self, x: torch.Tensor) -> torch.Tensor:
+        """Natural log within ~2 ulp for positive normal x (the only inputs the model produces)."""
+        bits = x.view(torch.int32)
+        exponent = (bits >> 23) - 127
+        mantissa = ((bits & 0x007FFFFF) | 0x3F800000).view(F32)  # in [1, 2)
+        above = mantissa > self.sqrt2
+        mantissa = torch.where(above, mantissa * self.half, mantissa)  # now in [sqrt(.5), sqrt(2)]
+        e = (exponent + above.to(torch.int32)).to(F32)
+        f = (mantissa - self.one) / (mantissa + self.one)
+        s = f * f
+        p = self.log_coeffs[-1]
+        for c in reversed(self.log_coeffs[:-1]):
+            p = p * s
+            p = p + c
+        log_m = f * p
+        return e * self.ln2_hi + (log_m + e * self.ln2_lo)
+
+    def rsqrt(self, x: torch.Tensor) -> torch.Tensor:
+        """1/sqrt(x) for positive normal x: bit-trick guess plus fixed Newton steps (~2 ulp)."""
+        y = (self.RSQRT_MAGIC - (x.view(torch.int32) >> 1)).view(F32)
+        half_x = x * self.half
+        for _ in range(self.RSQRT_NEWTON_STEPS):
+            t = half_x * y
+            t = t * y
+            y = y * (self.three_halves - t)
+        return y
+
+    def sigmoid(self, x: torch.Tensor) -> torch.Tensor:
+        return self.one / (self.one + self.exp(torch.neg(x)))
+
+    def silu(self, x: torch.Tensor) -> torch.Tensor:
+        """x * sigmoid(x), as x / (1 + e^-x)."""
+        return x / (self.one + self.exp(torch.neg(x)))
+
+    def softplus(self, x: torch.Tensor) -> torch.Tensor:
+        """log(1 + e^x); x itself above 20 (where the difference is below float32 resolution)."""
+        clipped = torch.minimum(x, self.softplus_linear_above)
+        soft = self.log(self.one + self.exp(clipped))
+        return torch.where(x > self.softplus_linear_above, x, soft)
+
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """(s - max) - log(tree_sum(exp(s - max))) over the last axis."""
+        m = torch.amax(logits, dim=-1, keepdim=True)
+        shifted = logits - m
+        total = tree_sum(self.exp(shifted), -1).unsqueeze(-1)
+        return shifted - self.log(total)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """x / sqrt(mean(x^2) + eps) * weight over the last axis."""
+        d = x.shape[-1]
+        mean_sq = tree_sum(x * x, -1) * self.const(1.0 / d)
+        inv = self.rsqrt(mean_sq + self.const(eps))
+        return (x * inv.unsqueeze(-1)) * weight
+
+    def canonical_zero(self, x: torch.Tensor) -> torch.Tensor:
+        """x + 0: turns -0.0 into +0.0 and changes nothing else.
+
+        A tree sum's value does not depend on the sign of zeros among its inputs, except when the
+        result itself is zero; adding +0 removes that last difference, so sums over differently
+        padded axes agree bit for bit.
+        """
+        return x + self.zero
+
+
+def _nth_root(c: float, n: int, iterations: int = 200) -> float:
+    """c^(1/n) for 0 < c < 1 by Newton's method on r^n = c, using only * - / (IEEE float64)."""
+    r = 1.0
+    for _ in range(iterations):
+        power = 1.0
+        for _ in range(n - 1):
+            power *= r
+        r = r - (power * r - c) / (n * power)
+    return r
+
+
+def _sin_cos_float64(angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """sin and cos from fmod range reduction to [-pi, pi] and Taylor series (30 terms), float64."""
+    two_pi = np.float64(6.283185307179586)
+    pi = np.float64(3.141592653589793)
+    x = np.fmod(angles, two_pi)
+    x = np.where(x > pi, x - two_pi, x)
+    x = np.where(x < -pi, x + two_pi, x)
+    x2 = x * x
+    terms = 30
+    # sin(x) = x * sum (-x^2)^i / (2i+1)!,  cos(x) = sum (-x^2)^i / (2i)!   (Horner, from the end)
+    sin_acc = np.ones_like(x)
+    cos_acc = np.ones_like(x)
+    for i in range(terms, 0, -1):
+        sin_acc = np.float64(1.0) - (x2 / np.float64((2 * i) * (2 * i + 1))) * sin_acc
+        cos_acc = np.float64(1.0) - (x2 / np.float64((2 * i - 1) * (2 * i))) * cos_acc
+    return x * sin_acc, cos_acc
+
+
+def rope_tables(head_dim: int, max_context: int, theta: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin float32 [max_context, head_dim // 2] for RoPE, identical on every machine.
+
+    inv_freq[i] = theta^(-i / (head_dim/2)) as a geometric sequence (repeated multiplication by
+    a Newton-computed root), angles = position * inv_freq, then `_sin_cos_float64`.
+    """
+    half = head_dim // 2
+    ratio = _nth_root(1.0 / theta, half)
+    inv_freq = [1.0]
+    for _ in range(half - 1):
+        inv_freq.append(inv_freq[-1] * ratio)
+    positions = np.arange(max_context, dtype=np.float64)
+    angles = positions[:, None] * np.asarray(inv_freq, dtype=np.float64)[None, :]
+    sin, cos = _sin_cos_float64(angles)
+    return cos.astype(np.float32), sin.astype(np.float32)

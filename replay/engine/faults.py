@@ -1,0 +1,94 @@
+"""Injectable cache bugs: each one a small switch at one site of a cache path.
+
+Every fault reproduces a class of real HiCache / hybrid-cache defect, and touches only a path that
+moves or reuses cached state (host round trips, checkpoints, loads, reporting). A request computed
+from scratch never passes through one, so it stays exact: a replay with a fault diverges exactly on
+the requests served from the path the fault breaks. docs/faults.md says what the tool should see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+FAULTS: dict[str, str] = {
+    "host-bf16": "SSM state round-trips through bfloat16 on its way to host memory",
+    "late-ssm-checkpoint": "under overlap scheduling, a decode track-boundary checkpoint stores "
+                           "the state one token late",
+    "stale-host-page": "a load from host reads the neighbouring (stale) host slot",
+    "write-back-early-evict": "write_back frees a device page before its host backup is copied",
+    "page-first-head-transpose": "page_first host loads transpose the page's token and head axes",
+    "overreport-cached": "cached_tokens reports the whole prompt whenever anything was reused",
+    "conv-state-dropped": "SSM checkpoints keep the recurrent state but lose the conv window",
+}
+
+
+def check_fault(name: str | None) -> None:
+    if name is not None and name not in FAULTS:
+        raise ValueError(f"unknown fault {name!r} (choose from {', '.join(FAULTS)})")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The active fault (or none). Each method is one fault's switch: identity unless active."""
+
+    active: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fault(self.active)
+
+    def ssm_to_host(self, array: np.ndarray) -> np.ndarray:
+        """host-bf16: a host pool that stores Mamba state in the KV cache dtype (bf16) instead
+        of the state's own float32, as when a hybrid host pool reuses the attention pool's dtype."""
+        if self.active != "host-bf16":
+            return array
+        return torch.from_numpy(array).to(torch.bfloat16).to(torch.float32).numpy()
+
+    def late_checkpoint(self, overlap: bool) -> bool:
+        """late-ssm-checkpoint: SGLang PR 29792's class. With overlap scheduling the results of
+        step N are processed after step N+1 was launched; bookkeeping that reads the request's
+        live state then records the state after boundary+1 tokens as the boundary's checkpoint."""
+        return self.active == "late-ssm-checkpoint" and overlap
+
+    def host_slot_to_load(self, slot: int, capacity: int) -> int:
+        """stale-host-page: an off-by-one in the host index translation (or a slot reused before
+        its node was invalidated) makes a load read another page's bytes."""
+        if self.active != "stale-host-page":
+            return slot
+        return (slot + 1) % capacity
+
+    def written_back(self, pages: torch.Tensor) -> torch.Tensor:
+        """write-back-early-evict: write_back eviction returns the device pages to the allocator
+        before the device-to-host copy completes; the last page of the batch is reused (here:
+        zeroed) first, so host keeps garbage for it. `pages` is [n, layers, 2, page, heads, dim]."""
+        if self.active != "write-back-early-evict" or len(pages) == 0:
+            return pages
+        pages = pages.clone()
+        pages[-1].zero_()
+        return pages
+
+    def page_first_loaded(self, page: np.ndarray) -> np.ndarray:
+        """page-first-head-transpose: a page_first load kernel that indexes [page, head] where
+        the buffer is [head, page]. `page` is [..., page_size, heads, dim]; the result reads
+        the same bytes as [..., heads, page_size, dim] (a no-op only if heads == 1)."""
+        if self.active != "page-first-head-transpose":
+            return page
+        *lead, tokens, heads, dim = page.shape
+        flat = np.ascontiguousarray(page).reshape(*lead, heads, tokens, dim)
+        return np.ascontiguousarray(np.swapaxes(flat, -3, -2))
+
+    def reported_cached(self, cached: int, prompt_len: int) -> int:
+        """overreport-cached: the reported hit counts the whole prompt (including the last
+        token, which is always recomputed) instead of the tokens actually reused."""
+        if self.active != "overreport-cached" or cached == 0:
+            return cached
+        return prompt_len
+
+    def checkpoint_conv(self, conv: torch.Tensor) -> torch.Tensor:
+        """conv-state-dropped: a checkpoint copies the SSM's recurrent state but not its conv
+        window (the last conv_width-1 inputs), so a restored request starts with zeros there."""
+        if self.active != "conv-state-dropped":
+            return conv
+        return torch.zeros_like(conv)

@@ -1,0 +1,79 @@
+"""One request inside the engine: tokens in and out, the pages and state it holds, its progress.
+
+Two threads touch a sequence and never the same fields: the scheduler owns the bookkeeping
+(`scheduled`, pages, outputs, cache locks); the forward worker owns the live model state
+(`ssm`, `next_input`), because under overlap scheduling only the worker knows a step's result
+when the following step runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"  # queued, holds nothing
+    PREFILLING = "prefilling"  # admitted; prompt chunks still to schedule
+    DECODING = "decoding"  # prompt scheduled; decode steps or results outstanding
+    FINISHED = "finished"  # every result processed, pages released
+
+
+@dataclass
+class CachedTokens:
+    """Prompt tokens reused from the prefix cache, by the tier their pages came from."""
+
+    device: int = 0
+    host: int = 0
+    storage: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.device + self.host + self.storage
+
+
+@dataclass(eq=False)
+class Sequence:
+    rid: str
+    input_ids: list[int]
+    max_new_tokens: int
+    top_logprobs_num: int = 0
+    state: SeqState = SeqState.WAITING
+    arrival: float = field(default_factory=time.monotonic)
+    error: str | None = None  # set when the engine failed the request
+    # Scheduler side.
+    scheduled: int = 0  # positions whose forward has been scheduled (cached ones included)
+    pages: list[int] = field(default_factory=list)  # page i holds positions [i*P, (i+1)*P)
+    tree_pages: set[int] = field(default_factory=set)  # pages the radix cache owns (not freed by us)
+    cache_node: Any = None  # deepest radix node this sequence locks
+    cached: CachedTokens = field(default_factory=CachedTokens)
+    checkpoints: dict[int, list[Any]] = field(default_factory=dict)  # position -> SSM states
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top: list[tuple[list[int], list[float]]] = field(default_factory=list)
+    # Forward-worker side.
+    ssm: list[Any] | None = None  # live SSM state after the last computed position
+    next_input: int | None = None  # the greedy token the next decode step feeds
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def total_positions(self) -> int:
+        """Positions that ever get KV: the prompt plus every output token but the last."""
+        return self.prompt_len + self.max_new_tokens - 1
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def fully_scheduled(self) -> bool:
+        return self.scheduled >= self.total_positions
+
+    @property
+    def finished(self) -> bool:
+        return len(self.output_ids) >= self.max_new_tokens
