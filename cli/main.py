@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from cli import render
+from cli import engine_cmds, render
 from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
 from replay.errors import GoldenError, UsageError
@@ -238,3 +238,6 @@ def scenarios() -> None:
     """List the built-in scenarios and their parameters."""
     render.out.print(render.scenarios_table())
 
+
+app.command("serve")(exits_cleanly(engine_cmds.serve))
+app.command("demo")(exits_cleanly(engine_cmds.demo))

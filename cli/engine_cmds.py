@@ -1,0 +1,90 @@
+"""`golden serve` and `golden demo`: the embedded reference engine (needs the `engine` extra)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cli import render
+from replay.client import ClientOptions, ServerClient
+from replay.errors import UsageError
+from replay.recorder import RecordOptions, record
+from replay.scenario import build_plan, load_scenario
+
+
+def engine_modules() -> Any:
+    """Import the engine lazily: the client commands must work without torch."""
+    try:
+        from replay.engine import faults, options, server
+    except ImportError as exc:
+        raise UsageError(f"the embedded engine needs torch ({exc}); install golden-replay[engine]") from None
+    return options, server, faults
+
+
+def engine_options(profile: str, **overrides: Any) -> Any:
+    options, _, _ = engine_modules()
+    try:
+        return options.profile_options(profile, **overrides)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def serve(
+    profile: str = typer.Option("reference", "--profile", help="reference | radix | hicache | hicache-write-back | hicache-layer-first | hicache-storage."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(30000, "--port", help="0: any free port."),
+    fault: str = typer.Option(None, "--fault", help="Inject one cache bug (see docs/faults.md).", show_default=False),
+    device: str = typer.Option(None, "--device", help="cpu | cuda (default cpu).", show_default=False),
+    model: str = typer.Option(None, "--model", help="Model config: tiny (default), small, medium.", show_default=False),
+    seed: int = typer.Option(None, "--seed", help="Weight seed (default 0).", show_default=False),
+) -> None:
+    """Serve the embedded reference engine over SGLang's protocol until Ctrl-C."""
+    _, server, _ = engine_modules()
+    opts = engine_options(profile, host=host, port=port, fault=fault, device=device, model=model, seed=seed)
+    try:
+        server.serve(opts)
+    except OSError as exc:
+        raise UsageError(f"cannot serve on {host}:{port}: {exc}") from None
+
+
+def demo(
+    out: Path = typer.Option(Path("demo-out"), "--out", help="Directory for the golden and the reports."),
+    scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name or TOML file."),
+    replay_profile: str = typer.Option("hicache", "--replay-profile", help="Engine profile to replay against."),
+    fault: str = typer.Option(None, "--fault", help="Inject a cache bug into the replay server to see it caught.", show_default=False),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """The whole loop on the embedded engine: serve `reference`, record, serve `hicache`
+    (host tier, overlap scheduling), replay, report. Exit 0 pass, 1 fail, 2 error."""
+    from cli.main import run_replay  # shared with `golden replay`
+    from replay.golden_store import write_golden
+    from replay.replayer import ReplayOptions
+
+    _, server, _ = engine_modules()
+    spec = load_scenario(scenario)
+    plan = build_plan(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    golden_path = out / f"{spec.name}.zarr"
+    copts = ClientOptions(concurrency=16)
+
+    render.err.print(f"1/3 recording {spec.name} ({spec.requests} requests) on the `reference` "
+                     "profile (radix cache off, overlap off)", markup=False)
+    with server.start_server(engine_options("reference")) as ref:
+        async def go() -> Any:
+            async with ServerClient(ref.url, copts) as client:
+                with render.progress_bar("record", spec.requests, quiet) as tick:
+                    return await record(client, plan, RecordOptions(), progress=tick)
+        golden = asyncio.run(go())
+    write_golden(golden, golden_path, force=True)
+    render.err.print(f"2/3 wrote {golden_path}", markup=False)
+    render.err.print(f"3/3 replaying on the `{replay_profile}` profile"
+                     + (f" with fault {fault}" if fault else ""), markup=False)
+    with server.start_server(engine_options(replay_profile, fault=fault)) as hot:
+        code = run_replay(golden_path, hot.url, ReplayOptions(), copts,
+                          report_path=out / "report.json", junit_path=out / "junit.xml",
+                          quiet=quiet)
+    render.err.print(f"report: {out / 'report.json'}", markup=False)
+    raise typer.Exit(code)
