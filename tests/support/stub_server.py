@@ -31,6 +31,9 @@ class StubConfig:
     raw_body: str | None = None  # every /generate answers this text verbatim
     extra_server_info: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0  # seconds before each /generate answer
+    statuses: list[int] = field(default_factory=list)  # answer these first, one per request
+    flush_busy: int = 0  # /flush_cache answers 400 this many times first
+    reset: bool = False  # close the connection in the middle of every /generate body
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -53,6 +56,7 @@ class StubServer:
         self.config = config or StubConfig()
         self.requests = 0
         self.seen: list[tuple[int, ...]] = []
+        self.auth_headers: list[str | None] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -93,8 +97,17 @@ class StubServer:
             },
         }
 
-    async def _generate(self, request: web.Request) -> web.Response:
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.auth_headers.append(request.headers.get("Authorization"))
+        if self.config.statuses:
+            return web.Response(status=self.config.statuses.pop(0), text="busy")
+        if self.config.reset:
+            resp = web.StreamResponse(headers={"Content-Length": "100000"})
+            await resp.prepare(request)
+            await resp.write(b'{"text": "", "output_ids": [1, 2')
+            request.transport.close()
+            return resp
         if self.config.fail_status:
             return web.Response(status=self.config.fail_status, text="stub failure")
         if self.config.raw_body is not None:
@@ -121,6 +134,9 @@ class StubServer:
                                   "vocab_size": self.config.vocab_size})
 
     async def _flush(self, request: web.Request) -> web.Response:
+        if self.config.flush_busy > 0:
+            self.config.flush_busy -= 1
+            return web.Response(status=400, text="requests still running")
         self.seen.clear()
         return web.Response(text="ok")
 
