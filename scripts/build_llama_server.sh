@@ -129,6 +129,8 @@ if [[ ! -f "$LLAMA_SRC/CMakeLists.txt" ]]; then
     rm -rf "$tmpd"
 fi
 
+# source + converter links are usable before the (long) build finishes
+link_conveniences
 install_py_deps
 
 # ---------------------------------------------------------------- build
