@@ -4,6 +4,7 @@ import copy
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from replay.errors import MalformedResponse
 from replay.protocol import generate_body, parse_completion
@@ -111,3 +112,41 @@ def test_non_object_is_refused():
 def test_short_top_k_rows_are_padded_with_absent_entries():
     c = parse(response(k=1), k=2)
     assert c.top_ids[0].tolist() == [5, -1] and np.isnan(c.top_logprobs[0, 1])
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 200) | st.floats(allow_nan=True) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+paths = st.lists(st.sampled_from(["output_ids", "meta_info", "output_token_logprobs",
+                                  "output_top_logprobs", "cached_tokens", "finish_reason",
+                                  "cached_tokens_details", 0, 1, 2]), min_size=1, max_size=4)
+
+
+def _set_path(obj, path, value):
+    """Replace whatever lives at `path` (keys or list indexes, skipping steps that don't fit)."""
+    target = obj
+    for step in path[:-1]:
+        if isinstance(target, dict) and step in target:
+            target = target[step]
+        elif isinstance(target, list) and isinstance(step, int) and step < len(target):
+            target = target[step]
+    last = path[-1]
+    if isinstance(target, dict) and isinstance(last, str):
+        target[last] = value
+    elif isinstance(target, list) and isinstance(last, int) and last < len(target):
+        target[last] = value
+
+
+@settings(max_examples=150, deadline=None)
+@given(paths, json_values)
+def test_any_corruption_parses_or_raises_malformed_response_never_anything_else(path, value):
+    obj = copy.deepcopy(response())
+    _set_path(obj, path, value)
+    try:
+        c = parse(obj)
+    except MalformedResponse as exc:
+        assert "g0/b1/t2" in str(exc)
+        return
+    assert len(c.output_ids) == 3 and c.logprobs.dtype == np.float64
