@@ -1,0 +1,79 @@
+"""The locally built llama.cpp `llama-server` answers a greedy completion with
+token ids and per-token logprobs, for each tiny random-weight model.
+
+Skips (with the reason) only when the binary is not built; build it with
+`bash scripts/build_llama_server.sh`.  When the binary exists, missing tiny
+models are a failure, not a skip: `python3 scripts/make_tiny_gguf.py` makes them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("llamacpp_probe", REPO / "scripts" / "llamacpp_probe.py")
+probe = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("llamacpp_probe", probe)
+_spec.loader.exec_module(probe)
+
+SERVER = probe.find_server()
+pytestmark = pytest.mark.skipif(
+    SERVER is None,
+    reason=f"llama-server not built (looked in {probe.CACHE}); build it with: bash scripts/build_llama_server.sh",
+)
+
+N_PREDICT = 4
+N_PROBS = 3
+
+
+def _f32(x: float) -> bool:
+    return struct.unpack("<f", struct.pack("<f", x))[0] == x
+
+
+@pytest.mark.parametrize("model", probe.MODELS)
+def test_greedy_completion_with_token_ids_and_logprobs(model: str) -> None:
+    gguf = probe.model_path(model)
+    assert gguf.is_file(), f"{gguf} missing: run python3 scripts/make_tiny_gguf.py"
+    prompt = probe.make_prompt(24)
+    args = ["--ctx-size", "512", "--parallel", "1", "--cache-ram", "0", "-ngl", "0",
+            "--threads", "1", "--threads-batch", "1", "--no-webui"]
+    with probe.LlamaServer(SERVER, gguf, args) as srv:
+        body = {"prompt": prompt, "n_predict": N_PREDICT, "cache_prompt": False,
+                **probe.GREEDY, "n_probs": N_PROBS}
+        runs = []
+        for _ in range(2):
+            status, raw = srv.post("/completion", body)
+            assert status == 200, raw[:500]
+            runs.append(json.loads(raw))
+        status, raw = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": N_PREDICT, "logprobs": N_PROBS,
+                                                   "temperature": 0.0, "samplers": ["temperature"],
+                                                   "cache_prompt": False})
+        assert status == 200, raw[:500]
+        oai = json.loads(raw)
+    assert srv.proc is None  # stopped
+
+    resp = runs[0]
+    tokens = resp["tokens"]
+    assert len(tokens) == N_PREDICT and all(isinstance(t, int) and 0 <= t < 768 for t in tokens)
+    rows = resp["completion_probabilities"]
+    assert [r["id"] for r in rows] == tokens
+    for r in rows:
+        assert isinstance(r["logprob"], float) and r["logprob"] <= 0.0 and math.isfinite(r["logprob"])
+        assert _f32(r["logprob"])
+        tops = r["top_logprobs"]
+        assert len(tops) == N_PROBS
+        assert [t["logprob"] for t in tops] == sorted((t["logprob"] for t in tops), reverse=True)
+        # greedy: the chosen token is the top candidate, with the same value
+        assert tops[0]["id"] == r["id"] and tops[0]["logprob"] == r["logprob"]
+    # deterministic: the repeat is bit-identical
+    assert probe.lp_key(runs[1]["completion_probabilities"]) == probe.lp_key(rows)
+    # the OpenAI-style endpoint carries the same rows under choices[0].logprobs.content
+    assert probe.lp_key(oai["choices"][0]["logprobs"]["content"]) == probe.lp_key(rows)
+    assert resp["timings"]["prompt_n"] + resp["timings"]["cache_n"] == len(prompt)
