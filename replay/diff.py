@@ -83,7 +83,8 @@ class Divergence:
 class RequestDiff:
     status: str  # identical | logprob_drift | token_divergence
     compared: int  # output positions compared (up to and including a token divergence)
-    first: Divergence | None
+    first: Divergence | None  # the earliest difference of any kind
+    token_position: int | None  # where the chosen tokens first differ, if they do
     max_ulp: int  # over compared token logprobs and shared top-k values
     mean_kl: float  # over positions before any token divergence
     passed: bool  # under the policy
@@ -121,7 +122,9 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
     else:
         status = IDENTICAL
     passed = _passes(policy, status, mean_kl, max_ulp, bool(top_members_ok.all()))
-    return RequestDiff(status, compared, first, max_ulp, mean_kl, passed, abs_delta, ulps)
+    token_position = token_at if token_at >= 0 else None
+    return RequestDiff(status, compared, first, token_position, max_ulp, mean_kl, passed,
+                       abs_delta, ulps)
 
 
 def _passes(policy: Policy, status: str, mean_kl: float, max_ulp: int,

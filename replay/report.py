@@ -106,6 +106,7 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "expected_min_cached": o.expected_min_cached, "cache_problem": o.cache_problem,
         "tokens_compared": d.compared, "max_ulp": _ulp(d.max_ulp), "mean_kl": _num(d.mean_kl),
         "first_divergence": first,
+        "token_divergence_position": d.token_position,
     }
     if d.status != IDENTICAL:
         n = min(DETAIL_POSITIONS, len(d.abs_delta))
@@ -198,8 +199,12 @@ def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
 def failure_line(r: dict[str, Any]) -> str:
     f = r.get("first_divergence")
     if f:
-        return (f"{r['status']} at output position {f['position']}: golden token "
-                f"{f['golden_token']} logprob {f['golden_logprob']} ({f['golden_bits']}), replay "
-                f"token {f['replay_token']} logprob {f['replay_logprob']} ({f['replay_bits']}), "
-                f"{f['ulp']} ulp")
+        line = (f"{r['status']}: first difference at output position {f['position']} "
+                f"({f['kind']}): golden token {f['golden_token']} logprob {f['golden_logprob']} "
+                f"({f['golden_bits']}), replay token {f['replay_token']} logprob "
+                f"{f['replay_logprob']} ({f['replay_bits']}), {f['ulp']} ulp")
+        t = r.get("token_divergence_position")
+        if t is not None and t != f["position"]:
+            line += f"; tokens diverge at position {t}"
+        return line
     return r.get("cache_problem") or r["status"]
