@@ -88,8 +88,8 @@ class RequestDiff:
     max_ulp: int  # over compared token logprobs and shared top-k values
     mean_kl: float  # over positions before any token divergence
     passed: bool  # under the policy
-    abs_delta: np.ndarray  # |replay - golden| logprob per compared position (float64)
-    ulp: np.ndarray  # ULP distance per compared position (int64)
+    abs_delta: np.ndarray  # |replay - golden| logprob per compared position; empty if identical
+    ulp: np.ndarray  # ULP distance per compared position (int64); empty if identical
 
 
 def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDiff:
@@ -123,6 +123,8 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
         status = IDENTICAL
     passed = _passes(policy, status, mean_kl, max_ulp, bool(top_members_ok.all()))
     token_position = token_at if token_at >= 0 else None
+    if status == IDENTICAL:  # nothing to show per position: keep memory flat on long runs
+        abs_delta, ulps = abs_delta[:0], ulps[:0]
     return RequestDiff(status, compared, first, token_position, max_ulp, mean_kl, passed,
                        abs_delta, ulps)
 
