@@ -8,7 +8,9 @@ directions:
   that a reader's floating-point environment (flush-to-zero, denormals-are-zero) cannot change a
   bit. Nothing ever goes through a decimal rendering.
 - atomic: a golden is written into a hidden sibling directory, fsynced, then renamed into place;
-  a crash leaves either the old golden or the new one at the target path, never a mix.
+  a crash never leaves a partial golden at the target path. (Overwriting takes two renames: a
+  hard kill between them leaves nothing at the target and the old golden in a hidden
+  `.NAME.old-*` sibling; an exception there moves the old one back.)
 - checked: every array carries a sha256 over (data type, shape, little-endian bytes) and the
   metadata carries its own sha256; zstd frames carry a content checksum too. Opening a golden only
   parses JSON and decodes zstd: array metadata is vetted before zarr sees it, so a golden whose
@@ -20,6 +22,7 @@ The layout is documented in docs/golden-format.md.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -28,7 +31,8 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import zarr
@@ -42,7 +46,7 @@ SCHEMA = "golden-replay/golden/1"
 SCHEMA_PREFIX = "golden-replay/golden/"
 SCHEMA_VERSION = 1
 
-ZSTD_LEVEL = 19  # goldens are written once and committed: spend CPU on size
+ZSTD_LEVEL = 9  # float32 mantissas barely compress; 19 gained nothing on a preset golden
 REDACTED = "<redacted>"
 
 # Columns of the `requests` table, in order.
@@ -53,7 +57,7 @@ _INT64 = ("int64",)
 _FLOAT = ("float32", "float64")
 
 # Every array a golden may hold and the data types each may have.
-ARRAY_DTYPES: dict[str, tuple[str, ...]] = {
+ARRAY_DTYPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "prefix_tokens": _INT32,
     "prefix_offsets": _INT64,
     "requests": _INT32,
@@ -64,7 +68,7 @@ ARRAY_DTYPES: dict[str, tuple[str, ...]] = {
     "logprobs": _FLOAT,
     "top_ids": _INT32,
     "top_logprobs": _FLOAT,
-}
+})
 TOP_ARRAYS = ("top_ids", "top_logprobs")
 
 # Codecs a golden's arrays may use. Anything else is refused before zarr instantiates it.
@@ -84,7 +88,8 @@ def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Pa
     Raises UsageError if `path` exists and `force` is false (checked before any work, and again
     just before the rename), and GoldenFormatError if the golden cannot be stored exactly.
     """
-    target = Path(path)
+    given = Path(path)
+    target = Path(os.path.abspath(given))  # so that `.` or `x/` still name a real sibling
     _refuse_existing(target, force)
     arrays = encode_arrays(golden)
     attrs = encode_attrs(golden, arrays)
@@ -98,7 +103,7 @@ def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Pa
         # Also on KeyboardInterrupt: never leave our own temp directory behind.
         _remove(tmp)
         raise
-    return target
+    return given
 
 
 def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
@@ -218,7 +223,7 @@ def _as_float64(values: Any, what: str) -> np.ndarray:
 
 _SECRET_PARTS = (
     "apikey", "api_key", "secret", "password", "passwd", "authorization", "credential",
-    "private_key", "cookie",
+    "private_key", "access_key", "cookie",
 )
 # Tokenizer special-token names ("bos_token": "<s>") are not secrets.
 _BENIGN_TOKEN_PREFIXES = ("bos", "eos", "pad", "unk", "sep", "cls", "mask")
@@ -228,6 +233,7 @@ _FLAG_RE = re.compile(
 )
 _ENV_RE = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)")
 _BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+_URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 
 def is_secret_key(name: str) -> bool:
@@ -246,8 +252,9 @@ def is_secret_key(name: str) -> bool:
     return True
 
 
-def redact_command(text: str) -> str:
-    """`--api-key X`, `--hf-token=X`, `HF_TOKEN=X`, `Bearer X` with the secret replaced."""
+def redact_text(text: str) -> str:
+    """The text with the secret replaced in `--api-key X`, `--hf-token=X`, `HF_TOKEN=X`,
+    `Bearer X` and `scheme://user:password@host` (launch commands, URLs, headers)."""
 
     def flag(m: re.Match[str]) -> str:
         if not is_secret_key(m["flag"]):
@@ -260,6 +267,7 @@ def redact_command(text: str) -> str:
 
     text = _FLAG_RE.sub(flag, text)
     text = _ENV_RE.sub(env, text)
+    text = _URL_USERINFO_RE.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
     return _BEARER_RE.sub(lambda m: f"{m[1]} {REDACTED}", text)
 
 
@@ -274,7 +282,7 @@ def redact_secrets(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return _redact_argv([redact_secrets(v) for v in value])
     if isinstance(value, str):
-        return redact_command(value)
+        return redact_text(value)
     return value
 
 
@@ -660,9 +668,14 @@ def _attrs_problem(attrs: dict[str, Any]) -> str | None:
         return "request_ids, finish_reasons and cached_tokens_details differ in length"
     for name, entry in attrs["arrays"].items():
         if not (isinstance(entry, dict) and isinstance(entry.get("data_type"), str)
-                and isinstance(entry.get("shape"), list) and isinstance(entry.get("sha256"), str)):
+                and _is_shape(entry.get("shape")) and isinstance(entry.get("sha256"), str)):
             return f"entry for array {name!r} needs data_type, shape and sha256"
     return None
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
 
 
 def _expected_arrays(attrs: dict[str, Any]) -> list[str]:
@@ -674,8 +687,10 @@ def _load_arrays(opened: _Opened, *, verify: bool) -> tuple[dict[str, np.ndarray
     """Every expected array, each vetted, decoded and (if verify) checksummed. Problems are
     collected per array so that verify_golden can report them all."""
     arrays: dict[str, np.ndarray] = {}
-    problems: list[str] = []
-    for name in _expected_arrays(opened.attrs):
+    expected = _expected_arrays(opened.attrs)
+    problems = [f"array {name}: listed in the metadata but not part of this golden's layout"
+                for name in opened.attrs["arrays"] if name not in expected]
+    for name in expected:
         try:
             arrays[name] = _load_array(opened, name, verify=verify)
         except _Unreadable as exc:
@@ -690,14 +705,13 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
     meta_path = opened.path / name / "zarr.json"
     if not meta_path.is_file():
         raise _Unreadable("missing (no zarr.json)")
-    _vet_array_metadata(meta_path, name, entry)
+    chunk_shape = _vet_array_metadata(meta_path, name, entry)
+    if not all((opened.path / name / key).is_file() for key in _chunk_keys(entry["shape"], chunk_shape)):
+        # zarr would silently return fill values for a missing chunk
+        raise _Unreadable("chunk missing (truncated golden?)")
     try:
         arr = opened.group[name]
-        if arr.nchunks_initialized != arr.nchunks:
-            raise _Unreadable("chunk missing (truncated golden?)")
         data = np.asarray(arr[...])
-    except _Unreadable:
-        raise
     except Exception as exc:  # noqa: BLE001 - codecs raise many types on corrupt chunks
         raise _Unreadable(f"unreadable chunk ({type(exc).__name__}: {_first_line(exc)})") from None
     if verify and array_sha256(data) != entry["sha256"]:
@@ -705,9 +719,10 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
     return data
 
 
-def _vet_array_metadata(meta_path: Path, name: str, entry: dict[str, Any]) -> None:
+def _vet_array_metadata(meta_path: Path, name: str, entry: dict[str, Any]) -> list[int]:
     """Check the array's zarr.json as plain JSON before zarr instantiates anything from it:
-    only numeric data types and the codecs this module writes are accepted."""
+    only numeric data types, a regular chunk grid with default chunk keys and the codecs this
+    module writes are accepted. Returns the chunk shape."""
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -722,9 +737,31 @@ def _vet_array_metadata(meta_path: Path, name: str, entry: dict[str, Any]) -> No
     if meta.get("storage_transformers") not in (None, []):
         raise _Unreadable("storage transformers refused")
     codecs = meta.get("codecs")
-    names = [c.get("name") if isinstance(c, dict) else None for c in codecs] if isinstance(codecs, list) else []
+    codecs = codecs if isinstance(codecs, list) else []
+    names = [c.get("name") if isinstance(c, dict) else None for c in codecs]
     if not names or names[0] != "bytes" or any(n not in _ALLOWED_BYTES_TO_BYTES for n in names[1:]):
         raise _Unreadable(f"codecs {names} refused (allowed: bytes, then zstd)")
+    if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
+        raise _Unreadable("chunk key encoding refused (expected default with '/')")
+    return _regular_chunk_shape(meta.get("chunk_grid"), len(entry["shape"]))
+
+
+def _regular_chunk_shape(grid: Any, ndim: int) -> list[int]:
+    """The chunk shape of a regular chunk grid of `ndim` dimensions; anything else is refused."""
+    config = grid.get("configuration") if isinstance(grid, dict) else None
+    shape = config.get("chunk_shape") if isinstance(config, dict) else None
+    if (not isinstance(grid, dict) or grid.get("name") != "regular" or not isinstance(shape, list)
+            or len(shape) != ndim or not all(isinstance(c, int) and c > 0 for c in shape)):
+        raise _Unreadable("chunk grid refused (expected a regular grid)")
+    return shape
+
+
+def _chunk_keys(shape: list[int], chunk_shape: list[int]) -> list[str]:
+    """Paths, relative to the array, of every chunk of a regular grid with default keys."""
+    counts = [-(-n // c) for n, c in zip(shape, chunk_shape)]
+    if any(n == 0 for n in counts):
+        return []
+    return ["/".join(["c", *map(str, idx)]) for idx in itertools.product(*(range(n) for n in counts))]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -767,7 +804,8 @@ def check_structure(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> lis
     if problems:
         return problems
     n_groups = arrays["prefix_offsets"].shape[0] - 1
-    problems += check_offsets(arrays["prefix_offsets"], flat["prefix_tokens"].size, max(n_groups, 0), "prefix_offsets")
+    problems += check_offsets(
+        arrays["prefix_offsets"], flat["prefix_tokens"].size, max(n_groups, 0), "prefix_offsets")
     problems += check_offsets(arrays["new_token_offsets"], flat["new_tokens"].size, n, "new_token_offsets")
     problems += check_offsets(arrays["output_offsets"], flat["output_ids"].size, n, "output_offsets")
     if flat["logprobs"].shape != flat["output_ids"].shape:
@@ -775,6 +813,7 @@ def check_structure(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> lis
     if problems:
         return problems
     problems += _check_top(attrs, arrays, n, k)
+    problems += _check_counts(attrs, arrays, n_groups, n, k)
     col = {c: table[:, j].tolist() for j, c in enumerate(REQUEST_COLUMNS)}
     problems += check_tree(col["parent"], col["group"], n_groups, attrs["request_ids"])
     return problems
@@ -793,6 +832,19 @@ def _check_top(attrs: dict[str, Any], arrays: dict[str, np.ndarray], n: int, k: 
         f"{name}: shape {list(arrays[name].shape)}, expected {list(want)}"
         for name in TOP_ARRAYS if arrays[name].shape != want
     ]
+
+
+def _check_counts(attrs: dict[str, Any], arrays: dict[str, np.ndarray], n_groups: int, n: int,
+                  k: int) -> list[str]:
+    """The `counts` attribute (what `golden show` prints) must describe the arrays."""
+    actual = {
+        "groups": n_groups, "requests": n, "prefix_tokens": int(arrays["prefix_tokens"].size),
+        "new_tokens": int(arrays["new_tokens"].size), "output_tokens": int(arrays["output_ids"].size),
+        "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
+    }
+    if attrs["counts"] == actual:
+        return []
+    return [f"counts attribute {attrs['counts']} does not match the arrays {actual}"]
 
 
 def _assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
