@@ -41,13 +41,13 @@ from zarr.storage import LocalStore
 
 from replay.errors import GoldenFormatError, UsageError
 from replay.golden import Golden, RecordedRequest
+from replay.redact import redact_secrets
 
 SCHEMA = "golden-replay/golden/1"
 SCHEMA_PREFIX = "golden-replay/golden/"
 SCHEMA_VERSION = 1
 
 ZSTD_LEVEL = 9  # float32 mantissas barely compress; 19 gained nothing on a preset golden
-REDACTED = "<redacted>"
 
 # Columns of the `requests` table, in order.
 REQUEST_COLUMNS = ("group", "branch", "turn", "parent", "max_new_tokens", "cached_tokens")
@@ -215,85 +215,6 @@ def _as_float64(values: Any, what: str) -> np.ndarray:
     if arr.dtype.itemsize == 4:
         return widen_float32(arr)
     return np.ascontiguousarray(arr, dtype=np.float64)
-
-
-# ---------------------------------------------------------------------------------------------
-# Secrets
-# ---------------------------------------------------------------------------------------------
-
-_SECRET_PARTS = (
-    "apikey", "api_key", "secret", "password", "passwd", "authorization", "credential",
-    "private_key", "access_key", "cookie",
-)
-# Tokenizer special-token names ("bos_token": "<s>") are not secrets.
-_BENIGN_TOKEN_PREFIXES = ("bos", "eos", "pad", "unk", "sep", "cls", "mask")
-_FLAG_RE = re.compile(
-    r"(?P<flag>--?[A-Za-z][\w.-]*)"
-    r"(?:(?P<eq>=)(?P<v1>\"[^\"]*\"|'[^']*'|\S+)|(?P<ws>\s+)(?P<v2>\"[^\"]*\"|'[^']*'|[^\s\"'-]\S*))"
-)
-_ENV_RE = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)")
-_BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a key or flag name names a credential: api_key, api-key, apiKey, secret,
-    password, authorization, hf_token, access_token, ... but not token counts or tokenizer
-    settings (cached_tokens, max_total_tokens, token_lo, tokenizer_path, eos_token_id)."""
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.lstrip("-")).lower()
-    snake = re.sub(r"[^a-z0-9]+", "_", snake).strip("_")
-    if any(part in snake for part in _SECRET_PARTS):
-        return True
-    words = [w for w in snake.split("_") if w]
-    if not words or not words[-1].endswith("token"):
-        return False
-    if words[-1] == "token" and len(words) > 1 and words[-2] in _BENIGN_TOKEN_PREFIXES:
-        return False
-    return True
-
-
-def redact_text(text: str) -> str:
-    """The text with the secret replaced in `--api-key X`, `--hf-token=X`, `HF_TOKEN=X`,
-    `Bearer X` and `scheme://user:password@host` (launch commands, URLs, headers)."""
-
-    def flag(m: re.Match[str]) -> str:
-        if not is_secret_key(m["flag"]):
-            return m[0]
-        sep = m["eq"] or m["ws"]
-        return f"{m['flag']}{sep}{REDACTED}"
-
-    def env(m: re.Match[str]) -> str:
-        return f"{m['name']}={REDACTED}" if is_secret_key(m["name"]) else m[0]
-
-    text = _FLAG_RE.sub(flag, text)
-    text = _ENV_RE.sub(env, text)
-    text = _URL_USERINFO_RE.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-    return _BEARER_RE.sub(lambda m: f"{m[1]} {REDACTED}", text)
-
-
-def redact_secrets(value: Any) -> Any:
-    """A copy of a JSON-like value with every secret-named key's value (unless None) replaced by
-    "<redacted>", recursively, and secrets inside command strings and argv lists redacted."""
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if is_secret_key(str(k)) and v is not None else redact_secrets(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return _redact_argv([redact_secrets(v) for v in value])
-    if isinstance(value, str):
-        return redact_text(value)
-    return value
-
-
-def _redact_argv(items: list[Any]) -> list[Any]:
-    """In an argv-like list, the element after a secret flag (`["--api-key", "X"]`)."""
-    out = list(items)
-    for i, item in enumerate(items[:-1]):
-        if (isinstance(item, str) and item.startswith("-") and "=" not in item
-                and is_secret_key(item) and isinstance(items[i + 1], str)):
-            out[i + 1] = REDACTED
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from replay import golden_store
 from replay.errors import GoldenFormatError, UsageError
 from replay.golden import Golden, RecordedRequest
+from replay.redact import redact_secrets
 from replay.golden_store import (
     SCHEMA,
     array_sha256,
@@ -25,7 +26,6 @@ from replay.golden_store import (
     golden_summary,
     narrow_if_exact,
     read_golden,
-    redact_secrets,
     verify_golden,
     widen_float32,
     write_golden,
