@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from replay.engine.config import ModelConfig
 from replay.engine.exact import F32, ExactMath, Workspace, linear, next_pow2, tree_sum_
@@ -52,14 +54,47 @@ class ForwardResult:
 
 
 @dataclass
+class _AttnGroup:
+    """Items with the same number of new tokens T, attended together (a decode step: all items)."""
+
+    items: list[int]
+    starts: list[int]
+    t_new: int
+    rows: torch.Tensor  # int64 [B * T]: batch rows of the group's tokens, item-major
+    key_batch: torch.Tensor  # int64 [B * T]: item slot of each new key
+    key_pos: torch.Tensor  # int64 [B * T]: absolute position of each new key
+    query_pos: torch.Tensor  # int64 [B, T * group]: position of each query row
+
+
+@dataclass
+class _ScanBlock:
+    """A run of time steps of the SSM recurrence over the items still active at its first step."""
+
+    t0: int
+    steps: int
+    n_items: int
+    active: list[int]  # items still running at each step (a prefix of the longest-first order)
+    rows: torch.Tensor  # int64 [steps, n_items]: batch row of (step, item), clamped to its last
+    live: torch.Tensor  # bool [steps, n_items]: the step exists for that item
+    live_rows: torch.Tensor  # int64: rows[live]
+    last_step: torch.Tensor  # int64 [n_items]: each item's last step within this block
+
+
+@dataclass
 class _Batch:
-    """Row layout of one forward call: item i owns rows offsets[i] : offsets[i] + lengths[i]."""
+    """Row layout of one forward call, shared by all layers: item i owns rows
+    offsets[i] : offsets[i] + lengths[i]; index tensors are built once, here."""
 
     items: list[ForwardItem]
     lengths: list[int]
     offsets: list[int]
     rows: int
-    positions: torch.Tensor  # int64 [rows], absolute position of each row
+    positions: torch.Tensor  # int64 [rows]
+    attn_groups: list[_AttnGroup]
+    conv_index: torch.Tensor  # int64 [rows, conv_width] into [saved conv rows; new rows]
+    conv_state_index: torch.Tensor  # int64 [items, conv_width - 1]: the new saved conv rows
+    scan_order: list[int]  # items longest first
+    scan_blocks: list[_ScanBlock]
 
 
 class HybridModel:
@@ -73,7 +108,10 @@ class HybridModel:
         self._weights = make_weights(config, seed).to(self.device)
         self._chunk_elems = CUDA_CHUNK_ELEMS if self.device.type == "cuda" else CPU_CHUNK_ELEMS
         self._attn_scale = self._math.const(1.0 / math.sqrt(config.head_dim))
-        self._ssm_channels_per_head = config.d_inner // config.n_heads
+        per_head = config.d_inner // config.n_heads
+        self._ssm_skip = [
+            layer.mixer.skip.repeat_interleave(per_head) for layer in self._weights.layers if layer.kind == "ssm"
+        ]
 
     @property
     def model_path(self) -> str:
@@ -101,10 +139,10 @@ class HybridModel:
     # ------------------------------------------------------------------ orchestration
 
     def _forward(self, items: list[ForwardItem]) -> list[ForwardResult]:
-        batch = self._layout(items)
-        w = self._weights
         workspace = Workspace(self.device, self._chunk_elems)
-        tokens = torch.cat([item.tokens.to(self.device) for item in items])
+        batch = self._layout(items, workspace)
+        w = self._weights
+        tokens = torch.cat([item.tokens for item in items]).to(self.device)
         hidden = w.embed[tokens]
         cos = w.rope_cos[batch.positions]
         sin = w.rope_sin[batch.positions]
@@ -125,27 +163,104 @@ class HybridModel:
                 ssm_index += 1
             hidden = hidden + mixed
             hidden = hidden + self._mlp(self._math.rms_norm(hidden, layer.mlp.norm), layer.mlp, workspace)
-        last_rows = torch.tensor(
-            [o + n - 1 for o, n in zip(batch.offsets, batch.lengths)], device=self.device
-        )
+        last_rows = torch.tensor([o + n - 1 for o, n in zip(batch.offsets, batch.lengths)], device=self.device)
         final = self._math.rms_norm(hidden[last_rows], w.final_norm)
-        logprobs = self._math.log_softmax(linear(final, w.lm_head, workspace))
+        logprobs = self._math.log_softmax(linear(final, w.lm_head, workspace)).unbind(0)
         return [
-            ForwardResult(logprobs=logprobs[i].clone(), new_kv=new_kv[i], ssm=new_ssm[i])
-            for i in range(len(items))
+            ForwardResult(logprobs=logprobs[i], new_kv=new_kv[i], ssm=new_ssm[i]) for i in range(len(items))
         ]
 
-    def _layout(self, items: list[ForwardItem]) -> _Batch:
+    def _layout(self, items: list[ForwardItem], workspace: Workspace) -> _Batch:
+        """Every index tensor the layers need, built once per call with numpy."""
         lengths = [int(item.tokens.shape[0]) for item in items]
-        offsets = []
-        total = 0
-        for n in lengths:
-            offsets.append(total)
-            total += n
-        positions = torch.cat(
-            [torch.arange(item.start, item.start + n, dtype=torch.int64) for item, n in zip(items, lengths)]
-        ).to(self.device)
-        return _Batch(items=items, lengths=lengths, offsets=offsets, rows=total, positions=positions)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        starts = [item.start for item in items]
+        positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+        conv_index, conv_state_index = self._conv_indices(lengths, offsets)
+        order = sorted(range(len(items)), key=lambda i: -lengths[i])
+        return _Batch(
+            items=items,
+            lengths=lengths,
+            offsets=[int(o) for o in offsets],
+            rows=int(sum(lengths)),
+            positions=self._index(positions),
+            attn_groups=self._attn_groups(starts, lengths, offsets),
+            conv_index=self._index(conv_index),
+            conv_state_index=self._index(conv_state_index),
+            scan_order=order,
+            scan_blocks=self._scan_blocks([lengths[i] for i in order], offsets[order], workspace),
+        )
+
+    def _index(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)).to(self.device)
+
+    def _attn_groups(self, starts: list[int], lengths: list[int], offsets: np.ndarray) -> list[_AttnGroup]:
+        by_length: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            by_length.setdefault(n, []).append(i)
+        group_size = self.config.n_heads // self.config.n_kv_heads
+        groups = []
+        for t_new, members in by_length.items():
+            steps = np.arange(t_new)
+            group_starts = np.asarray([starts[i] for i in members])
+            groups.append(
+                _AttnGroup(
+                    items=members,
+                    starts=[starts[i] for i in members],
+                    t_new=t_new,
+                    rows=self._index((offsets[members][:, None] + steps[None, :]).reshape(-1)),
+                    key_batch=self._index(np.repeat(np.arange(len(members)), t_new)),
+                    key_pos=self._index((group_starts[:, None] + steps[None, :]).reshape(-1)),
+                    query_pos=self._index(group_starts[:, None] + np.repeat(steps, group_size)[None, :]),
+                )
+            )
+        return groups
+
+    def _conv_indices(self, lengths: list[int], offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of [saved conv inputs of all items (width-1 each); new rows] for every conv window.
+
+        Relative position s < 0 of item b is its saved row b*(width-1) + (width-1) + s; s >= 0 is
+        its new row offsets[b] + s.
+        """
+        saved = self.config.conv_width - 1
+        n_saved = saved * len(lengths)
+
+        def source(item: int, rel: np.ndarray) -> np.ndarray:
+            return np.where(rel < 0, item * saved + saved + rel, n_saved + offsets[item] + rel)
+
+        taps = np.arange(saved + 1) - saved  # window of new token t: t + taps
+        windows = [source(b, np.arange(n)[:, None] + taps[None, :]) for b, n in enumerate(lengths)]
+        state = [source(b, n + np.arange(-saved, 0)) for b, n in enumerate(lengths)]
+        return np.concatenate(windows), np.stack(state) if saved else np.zeros((len(lengths), 0))
+
+    def _scan_blocks(self, lengths: list[int], offsets: np.ndarray, workspace: Workspace) -> list[_ScanBlock]:
+        """Time blocks of the SSM scan (items sorted longest first, so the active ones are a prefix)."""
+        c = self.config
+        lengths_np = np.asarray(lengths)
+        active_at = [int((lengths_np > t).sum()) for t in range(lengths[0])]
+        blocks = []
+        t0 = 0
+        while t0 < lengths[0]:
+            n_items = active_at[t0]
+            steps = min(lengths[0] - t0, max(1, workspace.chunk_elems // (n_items * c.d_state * c.d_inner)))
+            t = np.arange(t0, t0 + steps)[:, None]
+            item_lengths = lengths_np[None, :n_items]
+            rows = offsets[None, :n_items] + np.minimum(t, item_lengths - 1)
+            live = t < item_lengths
+            blocks.append(
+                _ScanBlock(
+                    t0=t0,
+                    steps=steps,
+                    n_items=n_items,
+                    active=active_at[t0 : t0 + steps],
+                    rows=self._index(rows),
+                    live=torch.from_numpy(live).to(self.device),
+                    live_rows=self._index(rows[live]),
+                    last_step=self._index(np.minimum(lengths_np[:n_items], t0 + steps) - 1 - t0),
+                )
+            )
+            t0 += steps
+        return blocks
 
     def _validate(self, index: int, item: ForwardItem) -> None:
         c = self.config
@@ -169,19 +284,17 @@ class HybridModel:
         for k, v in item.past_kv:
             if tuple(k.shape) != kv_shape or tuple(v.shape) != kv_shape:
                 raise ValueError(f"{where}: past K/V must be {kv_shape}, got {tuple(k.shape)}, {tuple(v.shape)}")
+        conv_shape, h_shape = (c.conv_width - 1, c.d_inner), (c.d_inner, c.d_state)
         for state in item.ssm:
-            if tuple(state.conv.shape) != (c.conv_width - 1, c.d_inner) or tuple(state.h.shape) != (
-                c.d_inner,
-                c.d_state,
-            ):
-                raise ValueError(f"{where}: SSM state has the wrong shape")
+            if tuple(state.conv.shape) != conv_shape or tuple(state.h.shape) != h_shape:
+                raise ValueError(f"{where}: SSM state must be conv {conv_shape}, h {h_shape}")
 
     # ------------------------------------------------------------------ MLP
 
     def _mlp(self, x: torch.Tensor, w: MLPWeights, workspace: Workspace) -> torch.Tensor:
         gate_up = linear(x, w.gate_up, workspace)
         d_ff = self.config.d_ff
-        act = self._math.silu(gate_up[:, :d_ff]) * gate_up[:, d_ff:]
+        act = self._math.silu(gate_up[:, :d_ff]).mul_(gate_up[:, d_ff:])
         return linear(act, w.down, workspace)
 
     # ------------------------------------------------------------------ attention
@@ -202,17 +315,14 @@ class HybridModel:
         kv_width = c.n_kv_heads * c.head_dim
         q = self._rope(qkv[:, :q_width].reshape(batch.rows, c.n_heads, c.head_dim), cos, sin)
         k = self._rope(qkv[:, q_width : q_width + kv_width].reshape(batch.rows, c.n_kv_heads, c.head_dim), cos, sin)
-        v = qkv[:, q_width + kv_width :].reshape(batch.rows, c.n_kv_heads, c.head_dim)
+        v = qkv[:, q_width + kv_width :].reshape(batch.rows, c.n_kv_heads, c.head_dim).contiguous()
+        kvs = list(zip(k.split(batch.lengths), v.split(batch.lengths)))
         out = torch.empty(batch.rows, q_width, dtype=F32, device=self.device)
-        kvs = []
-        for item, offset, length in zip(batch.items, batch.offsets, batch.lengths):
-            rows = slice(offset, offset + length)
-            k_new, v_new = k[rows].clone(), v[rows].clone()
-            past_k, past_v = item.past_kv[attn_index]
-            k_all = torch.cat([past_k.to(self.device), k_new])
-            v_all = torch.cat([past_v.to(self.device), v_new])
-            out[rows] = self._attend(q[rows], k_all, v_all, item.start, workspace)
-            kvs.append((k_new, v_new))
+        for group in batch.attn_groups:
+            queries = q[group.rows].reshape(len(group.items), group.t_new, c.n_heads, c.head_dim)
+            keys_t, values = self._group_keys(group, [batch.items[i].past_kv[attn_index] for i in group.items], k, v)
+            attended = self._attend(queries, keys_t, values, group, workspace)
+            out[group.rows] = attended.reshape(-1, q_width)
         return linear(out, w.out, workspace), kvs
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -220,44 +330,67 @@ class HybridModel:
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half], x[..., half:]
         c, s = cos[:, None, :], sin[:, None, :]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        return torch.cat([(x1 * c).sub_(x2 * s), (x2 * c).add_(x1 * s)], dim=-1)
+
+    def _group_keys(
+        self, group: _AttnGroup, pasts: list[tuple[torch.Tensor, torch.Tensor]], k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys [B, kv, hd, L] and values with a ones column [B, kv, L, hd + 1], zero-padded to the
+        longest item. The ones column makes the value tree also sum the softmax denominator."""
+        c = self.config
+        n_keys = max(group.starts) + group.t_new
+        filler = torch.zeros(n_keys, c.n_kv_heads, c.head_dim, dtype=F32, device=self.device)
+        keys = pad_sequence([past_k.to(self.device) for past_k, _ in pasts] + [filler], batch_first=True)[:-1]
+        values = pad_sequence([past_v.to(self.device) for _, past_v in pasts] + [filler], batch_first=True)[:-1]
+        keys[group.key_batch, group.key_pos] = k[group.rows]
+        values[group.key_batch, group.key_pos] = v[group.rows]
+        ones = torch.ones(len(pasts), n_keys, c.n_kv_heads, 1, dtype=F32, device=self.device)
+        values = torch.cat([values, ones], dim=-1)
+        return keys.permute(0, 2, 3, 1).contiguous(), values.permute(0, 2, 1, 3).contiguous()
 
     def _attend(
-        self, q: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor, start: int, workspace: Workspace
+        self,
+        queries: torch.Tensor,
+        keys_t: torch.Tensor,
+        values: torch.Tensor,
+        group: _AttnGroup,
+        workspace: Workspace,
     ) -> torch.Tensor:
-        """Causal GQA attention of one item's T queries over its start + T keys -> [T, n_heads * hd].
+        """Causal GQA attention of B items' T queries [B, T, heads, hd] -> [B, T, heads * hd].
 
-        Query blocks only touch the keys they can see (bits do not depend on that: tree sums over
-        keys are padding-invariant and masked keys contribute exact zeros).
+        Query token t of item b sees keys 0 .. starts[b] + t. Keys beyond that (later tokens of
+        the chunk, or padding up to the longest item) get weight exactly 0, and query blocks only
+        touch the keys they can see: the bits do not depend on either, because tree sums over
+        keys are padding-invariant (exact.tree_sum_, ExactMath.canonical_zero).
         """
         c = self.config
         m = self._math
-        t_new = q.shape[0]
-        kv_heads, group, hd = c.n_kv_heads, c.n_heads // c.n_kv_heads, c.head_dim
-        # row r of a kv head's query block is (token r // group, head kv * group + r % group)
-        qg = q.reshape(t_new, kv_heads, group, hd).permute(1, 0, 2, 3).reshape(kv_heads, t_new * group, hd)
-        keys_t = k_all.permute(1, 2, 0).contiguous()  # [kv, hd, L]
-        values = v_all.permute(1, 0, 2).contiguous()  # [kv, L, hd]
-        out = torch.empty(kv_heads, t_new * group, hd, dtype=F32, device=self.device)
-        key_index = torch.arange(start + t_new, device=self.device)
-        query_pos = torch.arange(start, start + t_new, device=self.device).repeat_interleave(group)
-        tokens_per_block = max(1, workspace.chunk_elems // (kv_heads * group * hd * (start + t_new)))
+        batch, t_new = queries.shape[0], queries.shape[1]
+        kv_heads, group_size, hd = c.n_kv_heads, c.n_heads // c.n_kv_heads, c.head_dim
+        # row r of a kv head is (token r // group_size, query head kv * group_size + r % group_size)
+        qg = queries.reshape(batch, t_new, kv_heads, group_size, hd).permute(0, 2, 1, 3, 4)
+        qg = qg.reshape(batch, kv_heads, t_new * group_size, hd)
+        total_keys = keys_t.shape[-1]
+        out = torch.empty(batch, kv_heads, t_new * group_size, hd, dtype=F32, device=self.device)
+        key_index = torch.arange(total_keys, device=self.device)
+        per_token = batch * kv_heads * group_size * (hd + 1) * total_keys
+        tokens_per_block = max(1, workspace.chunk_elems // per_token)
         for t0 in range(0, t_new, tokens_per_block):
             t1 = min(t_new, t0 + tokens_per_block)
-            r0, r1 = t0 * group, t1 * group
-            n_keys = start + t1
-            products = workspace.take(kv_heads, r1 - r0, hd, n_keys)
-            torch.mul(qg[:, r0:r1, :, None], keys_t[:, None, :, :n_keys], out=products)
-            scores = tree_sum_(products, 2) * self._attn_scale  # [kv, rows, keys]
-            visible = key_index[None, :n_keys] <= query_pos[r0:r1, None]  # [rows, keys]
-            top = torch.amax(torch.where(visible, scores, m.neg_inf), dim=-1, keepdim=True)
-            weights = torch.where(visible, m.exp(scores - top), m.zero)
-            denom = tree_sum_(weights.clone(), -1)  # [kv, rows]
-            products = workspace.take(kv_heads, r1 - r0, n_keys, hd)
-            torch.mul(weights[..., None], values[:, None, :n_keys, :], out=products)
-            numer = m.canonical_zero(tree_sum_(products, 2))  # [kv, rows, hd]
-            out[:, r0:r1] = numer / denom[..., None]
-        return out.reshape(kv_heads, t_new, group, hd).permute(1, 0, 2, 3).reshape(t_new, c.n_heads * hd)
+            r0, r1 = t0 * group_size, t1 * group_size
+            n_keys = min(total_keys, max(group.starts) + t1)
+            products = workspace.take(batch, kv_heads, r1 - r0, hd, n_keys)
+            torch.mul(qg[:, :, r0:r1, :, None], keys_t[:, :, None, :, :n_keys], out=products)
+            scores = tree_sum_(products, 3).mul(self._attn_scale)  # [B, kv, rows, keys]
+            hidden = (key_index[None, None, :n_keys] > group.query_pos[:, r0:r1, None]).unsqueeze(1)
+            top = torch.amax(scores.masked_fill(hidden, float("-inf")), dim=-1, keepdim=True)
+            weights = m.exp(scores.sub_(top)).masked_fill_(hidden, 0.0)
+            products = workspace.take(batch, kv_heads, r1 - r0, n_keys, hd + 1)
+            torch.mul(weights[..., None], values[:, :, None, :n_keys, :], out=products)
+            sums = m.canonical_zero(tree_sum_(products, 3))  # [B, kv, rows, hd + 1]
+            torch.div(sums[..., :hd], sums[..., hd:], out=out[:, :, r0:r1])
+        out = out.reshape(batch, kv_heads, t_new, group_size, hd).permute(0, 2, 1, 3, 4)
+        return out.reshape(batch, t_new, c.n_heads * hd)
 
     # ------------------------------------------------------------------ SSM
 
@@ -272,38 +405,26 @@ class HybridModel:
         b_in, c_out = proj[:, 2 * di : 2 * di + ds], proj[:, 2 * di + ds : 2 * di + 2 * ds]
         dt_raw = proj[:, 2 * di + 2 * ds :]
         conv_out, conv_states = self._causal_conv(xs, w, batch, ssm_index)
-        xc = m.silu(conv_out)
+        xc, gate = m.silu(torch.cat([conv_out, z], dim=1)).split(di, dim=1)  # one silu for both
         dt = m.softplus(dt_raw + w.dt_bias)  # [rows, heads]
         decay = m.exp(torch.neg(dt * w.decay_rate))  # in (0, 1]
-        per_head = self._ssm_channels_per_head
-        dt_x = dt.repeat_interleave(per_head, dim=1) * xc  # [rows, d_inner]
+        per_head = c.d_inner // c.n_heads
+        dt_x = dt.repeat_interleave(per_head, dim=1).mul_(xc)  # [rows, d_inner]
         decay = decay.repeat_interleave(per_head, dim=1)
         y, h_states = self._scan(dt_x, decay, b_in, c_out, batch, ssm_index, workspace)
-        y = y + w.skip.repeat_interleave(per_head) * xc
-        y = y * m.silu(z)
+        y = y.add_(self._ssm_skip[ssm_index] * xc).mul_(gate)
         states = [SSMState(conv=conv, h=h) for conv, h in zip(conv_states, h_states)]
         return linear(y, w.out, workspace), states
 
     def _causal_conv(
         self, xs: torch.Tensor, w: SSMWeights, batch: _Batch, ssm_index: int
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Depthwise causal conv over each item's [saved inputs; new inputs], all rows at once."""
-        width = self.config.conv_width
-        pieces, window_starts, bases = [], [], []
-        base = 0
-        for item, offset, length in zip(batch.items, batch.offsets, batch.lengths):
-            pieces += [item.ssm[ssm_index].conv.to(self.device), xs[offset : offset + length]]
-            window_starts.append(torch.arange(base, base + length, device=self.device))
-            bases.append(base)
-            base += width - 1 + length
-        history = torch.cat(pieces)  # per item: width-1 saved rows, then its new rows
-        index = torch.cat(window_starts)[:, None] + torch.arange(width, device=self.device)[None, :]
-        products = history[index] * w.conv_weight[None]  # [rows, width, d_inner]
-        out = tree_sum_(products, 1) + w.conv_bias
-        states = [
-            history[b + length : b + length + width - 1].clone() for b, length in zip(bases, batch.lengths)
-        ]
-        return out, states
+        saved = torch.stack([item.ssm[ssm_index].conv.to(self.device) for item in batch.items])
+        history = torch.cat([saved.reshape(-1, self.config.d_inner), xs])
+        products = history[batch.conv_index].mul_(w.conv_weight[None])  # [rows, width, d_inner]
+        out = tree_sum_(products, 1).add(w.conv_bias)
+        return out, history[batch.conv_state_index].unbind(0)
 
     def _scan(
         self,
@@ -314,46 +435,36 @@ class HybridModel:
         batch: _Batch,
         ssm_index: int,
         workspace: Workspace,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """h_t = decay_t * h_{t-1} + B_t (dt x)_t step by step; y_t = tree_sum_s C_t[s] h_t[s].
 
         Items advance together one time step per op (longest first, so the active items are always
         a prefix); states are kept as [d_state, d_inner] so every op is a contiguous vector op.
         """
         di, ds = self.config.d_inner, self.config.d_state
-        order = sorted(range(len(batch.items)), key=lambda i: -batch.lengths[i])
-        lengths = [batch.lengths[i] for i in order]
-        offsets = torch.tensor([batch.offsets[i] for i in order], device=self.device)
-        lengths_t = torch.tensor(lengths, device=self.device)
-        state = torch.stack([batch.items[i].ssm[ssm_index].h.to(self.device).t() for i in order])
+        order = batch.scan_order
+        state = torch.stack([batch.items[i].ssm[ssm_index].h.to(self.device) for i in order])
+        state = state.transpose(1, 2).contiguous()  # [items, d_state, d_inner]
         y = torch.empty(batch.rows, di, dtype=F32, device=self.device)
-        steps_total = lengths[0]
-        active_at = [sum(n > t for n in lengths) for t in range(steps_total)]
-        t0 = 0
-        while t0 < steps_total:
-            n_block = active_at[t0]
-            steps = min(steps_total - t0, max(1, workspace.chunk_elems // (2 * n_block * ds * di)))
-            t_index = torch.arange(t0, t0 + steps, device=self.device)[:, None]
-            live = t_index < lengths_t[None, :n_block]  # [steps, items]
-            rows = offsets[None, :n_block] + torch.minimum(t_index, lengths_t[None, :n_block] - 1)
-            u = b_in[rows][..., :, None] * dt_x[rows][..., None, :]  # [steps, items, ds, di]
-            a = decay[rows][..., None, :]  # [steps, items, 1, di]
-            hs = workspace.take(steps, n_block, ds, di)
+        for block in batch.scan_blocks:
+            n_block = block.n_items
+            u = b_in[block.rows][..., :, None] * dt_x[block.rows][..., None, :]  # [steps, items, ds, di]
+            a = decay[block.rows][..., None, :]  # [steps, items, 1, di]
+            hs = workspace.take(block.steps, n_block, ds, di)
             prev = state[:n_block]
-            for t in range(steps):
-                n = active_at[t0 + t]
-                torch.mul(a[t, :n], prev[:n], out=hs[t, :n])
-                hs[t, :n].add_(u[t, :n])
+            for t, n in enumerate(block.active):
+                step = hs[t, :n]
+                torch.mul(a[t, :n], prev[:n], out=step)
+                step.add_(u[t, :n])
                 prev = hs[t]
-            last = torch.minimum(lengths_t[:n_block], torch.tensor(t0 + steps, device=self.device)) - 1 - t0
-            state[:n_block] = hs[last, torch.arange(n_block, device=self.device)]
-            y_block = tree_sum_(c_out[rows][..., :, None] * hs, 2)  # [steps, items, di]
-            y[rows[live]] = y_block[live]
-            t0 += steps
-        h_states: list[torch.Tensor] = [torch.empty(0)] * len(order)
+            state[:n_block] = hs[block.last_step, torch.arange(n_block, device=self.device)]
+            y_block = tree_sum_(c_out[block.rows][..., :, None] * hs, 2)  # [steps, items, di]
+            y[block.live_rows] = y_block[block.live]
+        by_slot = state.transpose(1, 2).contiguous().unbind(0)  # [d_inner, d_state] each
+        h_states: list[torch.Tensor] = [by_slot[0]] * len(order)
         for slot, i in enumerate(order):
-            h_states[i] = state[slot].t().contiguous()  # [d_inner, d_state]
-        return y, h_states
+            h_states[i] = by_slot[slot]
+        return y, tuple(h_states)
 
 
 def greedy(logprobs: torch.Tensor) -> int:
