@@ -19,7 +19,7 @@ FAULTS: dict[str, str] = {
                            "the state one token late",
     "stale-host-page": "a load from host reads the neighbouring (stale) host slot",
     "write-back-early-evict": "write_back frees a device page before its host backup is copied",
-    "page-first-head-transpose": "page_first host loads transpose the page's token and head axes",
+    "page-first-head-transpose": "page_first host loads read one KV head's block transposed",
     "overreport-cached": "cached_tokens reports the whole prompt whenever anything was reused",
     "conv-state-dropped": "SSM checkpoints keep the recurrent state but lose the conv window",
 }
@@ -69,15 +69,17 @@ class Faults:
         pages[-1].zero_()
         return pages
 
-    def page_first_loaded(self, page: np.ndarray) -> np.ndarray:
-        """page-first-head-transpose: a page_first load kernel that indexes [page, head] where
-        the buffer is [head, page]. `page` is [..., page_size, heads, dim]; the result reads
-        the same bytes as [..., heads, page_size, dim] (a no-op only if heads == 1)."""
+    def page_first_loaded(self, pages: np.ndarray) -> np.ndarray:
+        """page-first-head-transpose: a page_first load kernel with wrong strides for some KV
+        heads: the last head's [page, dim] block is read as if it were stored [dim, page].
+        `pages` is [..., page_size, heads, dim]."""
         if self.active != "page-first-head-transpose":
-            return page
-        *lead, tokens, heads, dim = page.shape
-        flat = np.ascontiguousarray(page).reshape(*lead, heads, tokens, dim)
-        return np.ascontiguousarray(np.swapaxes(flat, -3, -2))
+            return pages
+        out = np.array(pages, copy=True)
+        block = np.ascontiguousarray(pages[..., -1, :])  # [..., page_size, dim]
+        *lead, tokens, dim = block.shape
+        out[..., -1, :] = block.reshape(*lead, dim, tokens).swapaxes(-1, -2)
+        return out
 
     def reported_cached(self, cached: int, prompt_len: int) -> int:
         """overreport-cached: the reported hit counts the whole prompt (including the last
