@@ -85,6 +85,6 @@ def demo(
     with server.start_server(engine_options(replay_profile, fault=fault)) as hot:
         code = run_replay(golden_path, hot.url, ReplayOptions(), copts,
                           report_path=out / "report.json", junit_path=out / "junit.xml",
-                          quiet=quiet)
-    render.err.print(f"report: {out / 'report.json'}", markup=False)
+                          html_path=out / "report.html", quiet=quiet)
+    render.err.print(f"reports: {out / 'report.json'}, {out / 'report.html'}", markup=False)
     raise typer.Exit(code)

@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 import typer
 
 from cli import engine_cmds, render
+from cli.report_cmd import report as report_cmd
 from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
 from replay.errors import GoldenError, UsageError
 from replay.fingerprint import redact_url
+from replay.html_report import write_html
 from replay.golden_store import golden_summary, read_golden, verify_golden, write_golden
 from replay.golden_compare import compare_goldens
 from replay.journal import journal_path
@@ -135,6 +137,7 @@ def replay_cmd(
     server: str = ServerOpt,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
+    html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
     policy: str = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N."),
     repeat: int = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache)."),
     schedule: str = ScheduleOpt,
@@ -157,12 +160,13 @@ def replay_cmd(
                             expect_cache=expect_cache, require_tier=require_tier,
                             allow_model_mismatch=allow_model_mismatch)
     code = run_replay(golden_path, server, options, client_options(concurrency, timeout, api_key),
-                      report_path=report, junit_path=junit, quiet=quiet)
+                      report_path=report, junit_path=junit, html_path=html, quiet=quiet)
     raise typer.Exit(code)
 
 
 def run_replay(golden_path: Path, server: str, options: ReplayOptions, copts: ClientOptions, *,
-               report_path: Path | None, junit_path: Path | None, quiet: bool) -> int:
+               report_path: Path | None, junit_path: Path | None, quiet: bool,
+               html_path: Path | None = None) -> int:
     """Replay, print, write the report files; returns the exit code. Shared by replay and demo."""
     name = str(golden_path)
     try:
@@ -179,16 +183,19 @@ def run_replay(golden_path: Path, server: str, options: ReplayOptions, copts: Cl
     except GoldenError as exc:
         doc = report_dict(None, golden=name, server=redact_url(server), policy=str(options.policy),
                           error=str(exc))
-    write_reports(doc, report_path, junit_path)
+    write_reports(doc, report_path, junit_path, html_path)
     render.print_outcome(doc)
     return {"pass": 0, "fail": 1}.get(doc["verdict"], 2)
 
 
-def write_reports(doc: dict[str, Any], report_path: Path | None, junit_path: Path | None) -> None:
+def write_reports(doc: dict[str, Any], report_path: Path | None, junit_path: Path | None,
+                  html_path: Path | None = None) -> None:
     if report_path:
         write_json(doc, report_path)
     if junit_path:
         junit_path.write_text(junit_xml(doc))
+    if html_path:
+        write_html(doc, html_path)
 
 
 @app.command()
@@ -239,5 +246,6 @@ def scenarios() -> None:
     render.out.print(render.scenarios_table())
 
 
+app.command("report")(report_cmd)
 app.command("serve")(exits_cleanly(engine_cmds.serve))
 app.command("demo")(exits_cleanly(engine_cmds.demo))

@@ -260,3 +260,12 @@ def test_bad_policy_is_a_usage_error(golden):
     res = runner.invoke(app, ["replay", str(golden), "--server", "http://127.0.0.1:9",
                               "--policy", "fuzzy"])
     assert res.exit_code == 2 and "invalid policy" in res.output
+
+
+def test_replay_writes_a_self_contained_html_report(golden, tmp_path):
+    html = tmp_path / "r.html"
+    with StubServer(StubConfig()) as stub:
+        res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--html", str(html), "-q"])
+    assert res.exit_code == 0
+    page = html.read_text()
+    assert "g1/b1/t2" in page and "http://" not in page.split("</head>")[0]
