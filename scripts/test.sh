@@ -7,4 +7,13 @@ cd "$(dirname "$0")/.."
 # Python packages: the CPU build of torch that this workplace keeps on disk, then the project.
 python3 -m pip install --quiet "torch==2.13.0" -e ".[engine,test]"
 
+# Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "note: chromium is not installed and this is not root: browser tests will skip" >&2
+    fi
+fi
+
 python3 -m pytest -q "$@"
