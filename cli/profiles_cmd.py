@@ -1,0 +1,59 @@
+"""`golden profiles`: the launch profiles `--launch` accepts, and exactly what each one runs."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from cli import render
+from replay.errors import GoldenError
+from replay.launch import builtin_profiles, load_profile, render as render_profile
+
+app = typer.Typer(
+    help="Launch profiles: how `--launch PROFILE` starts a server (docs/profiles.md).",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback(invoke_without_command=True)
+def profiles(ctx: typer.Context) -> None:
+    """List the built-in launch profiles (a TOML file path works wherever a name does)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    table = Table(title="built-in launch profiles")
+    for column in ("name", "needs", "description"):
+        table.add_column(column)
+    for p in builtin_profiles():
+        needs = ", ".join(f"--{r}" for r in p.required) or "-"
+        table.add_row(p.name, needs, p.description)
+    render.out.print(table)
+
+
+@app.command("show")
+def show(
+    name: str = typer.Argument(..., metavar="PROFILE", help="A built-in name or a TOML file."),
+    model: str = typer.Option(None, "--model", help="Model for profiles that need one.", show_default=False),
+    fault: str = typer.Option(None, "--fault", help="Fault for embedded-engine profiles.", show_default=False),
+    port: int = typer.Option(30000, "--port", help="Port to show (a launch picks a free one)."),
+    log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Log directory to show."),
+) -> None:
+    """Print the exact command (shell-quoted) and environment a profile launches."""
+    try:
+        profile = load_profile(name)
+        rendered = render_profile(profile, model=model, fault=fault, port=port, log_dir=log_dir,
+                                  scratch_dir=log_dir / f"{profile.name}-scratch-XXXX")
+    except GoldenError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    render.out.print(f"# {profile.name} ({profile.source}): {profile.description}", markup=False)
+    for key, value in rendered.env.items():
+        render.out.print(f"{key}={shlex.quote(value)} \\", markup=False)
+    if rendered.cwd:
+        render.out.print(f"# working directory: {rendered.cwd}", markup=False)
+    render.out.print(rendered.shell(), markup=False)

@@ -1,0 +1,158 @@
+"""pytest plugin: replay committed goldens from a project's own test suite.
+
+    def test_hicache_is_bit_exact(golden_replay):
+        golden_replay("goldens/hicache-branching.zarr", expect_cache="mamba:128")
+
+Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
+starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
+that need a model, `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
+keep every replay's JSON report (CI artifacts). Without a server option the tests that use
+`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator.
+
+Verdicts map onto pytest's own: `pass` returns the report dict, `fail` fails the test with the
+same first-divergence lines the CLI prints, `error` (no verdict: unreachable server, unreadable
+golden, model mismatch) raises GoldenReplayError and is counted as an error, never a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from replay.diff import Policy
+
+# The plugin is loaded into every pytest run of an environment that has golden-replay installed,
+# so the tool itself (numpy, zarr, aiohttp, rich) is imported only when a test asks for it.
+
+GoldenReplay = Callable[..., dict[str, Any]]
+
+
+class GoldenReplayError(Exception):
+    """A replay reached no verdict (what the CLI reports with exit code 2)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("golden-replay", "golden-replay: replay goldens against a server")
+    group.addoption("--golden-server", metavar="URL", default=None,
+                    help="Replay goldens against this running SGLang-protocol server.")
+    group.addoption("--golden-launch", metavar="PROFILE", default=None,
+                    help="Launch this profile (a built-in name or a TOML file) for the session.")
+    group.addoption("--golden-model", metavar="MODEL", default=None,
+                    help="Model for launch profiles that need one.")
+    group.addoption("--golden-log-dir", metavar="DIR", default=None,
+                    help="Where launched servers write their logs (default: a pytest temp dir).")
+    group.addoption("--golden-report-dir", metavar="DIR", default=None,
+                    help="Write each replay's JSON report here, named after the test.")
+
+
+@pytest.fixture(scope="session")
+def golden_server(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server URL for the session: the given one, or one launched once and stopped at exit."""
+    config = request.config
+    server = config.getoption("golden_server")
+    launch = config.getoption("golden_launch")
+    if not server and not launch:
+        pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
+    from replay.errors import GoldenError
+    from replay.launch import server_for
+
+    log_dir_opt = config.getoption("golden_log_dir")
+    log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
+    try:
+        context = server_for(server or None, launch or None, config.getoption("golden_model"),
+                             log_dir)
+        with context as url:
+            yield url
+    except GoldenError as exc:
+        pytest.fail(f"golden server: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenReplay:
+    """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
+    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch, shard,
+    concurrency, timeout."""
+    from cli.render import first_failure_lines, verdict_line
+    from replay.report import write_json
+
+    report_dir = request.config.getoption("golden_report_dir")
+    test_dir = request.path.parent
+
+    def run(path: str | Path, **options: Any) -> dict[str, Any]:
+        golden_path = resolve_golden_path(Path(path), test_dir)
+        doc = replay_golden(golden_server, golden_path, **options)
+        if report_dir:
+            Path(report_dir).mkdir(parents=True, exist_ok=True)
+            write_json(doc, Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
+        if doc["verdict"] == "fail":
+            pytest.fail("\n".join([verdict_line(doc), *first_failure_lines(doc)]), pytrace=False)
+        if doc["verdict"] == "error":
+            raise GoldenReplayError(doc["error"])
+        return doc
+
+    return run
+
+
+def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exact",
+                  schedule: str = "lockstep", repeat: int = 1, expect_cache: str = "auto",
+                  require_tier: str | None = None, allow_model_mismatch: bool = False,
+                  shard: str | None = None, concurrency: int = 16,
+                  timeout: float = 900.0) -> dict[str, Any]:
+    """One replay as a report dict. Bad options raise UsageError (a mistake in the test itself,
+    shown as such); everything else that prevents a verdict is an `error` report."""
+    from replay.client import ClientOptions
+    from replay.diff import Policy
+    from replay.errors import GoldenError, UsageError
+    from replay.matrix import load_golden, replay_report
+    from replay.replayer import ReplayOptions
+    from replay.report import report_dict
+    from replay.runner import check_schedule
+
+    check_schedule(schedule)
+    if repeat < 1:
+        raise UsageError("repeat must be >= 1")
+    options = ReplayOptions(policy=Policy.parse(policy) if isinstance(policy, str) else policy,
+                            schedule=schedule, repeat=repeat, expect_cache=expect_cache,
+                            require_tier=require_tier, allow_model_mismatch=allow_model_mismatch)
+    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
+    name = str(golden_path)
+    try:
+        golden = load_golden(golden_path, shard)
+    except UsageError:
+        raise
+    except GoldenError as exc:
+        return report_dict(None, golden=name, server=url, policy=str(options.policy), error=str(exc))
+    return replay_report(url, golden, name, options, copts)
+
+
+def resolve_golden_path(path: Path, test_dir: Path) -> Path:
+    """As given (relative to the working directory); failing that, next to the test file."""
+    if path.is_absolute() or path.exists():
+        return path
+    beside = test_dir / path
+    return beside if beside.exists() else path
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(GoldenReplayError):
+        report.golden_replay_error = True
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    """A replay that reached no verdict counts as an error, like exit code 2, not a failure."""
+    if getattr(report, "golden_replay_error", False) and report.failed:
+        return "error", "E", "ERROR"
+    return None
+
+
+def _file_name(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")

@@ -1,0 +1,125 @@
+"""Re-record committed goldens on purpose, and say what changed before replacing anything.
+
+Every golden in a directory is re-recorded from the scenario stored in it, against a reference
+server, and compared with the old one by the replay rules (`compare_goldens`, policy `exact` by
+default). A golden whose every compared bit is the same is left untouched on disk (a rewrite
+would only churn timestamps in version control); a changed one is replaced, unless this is a dry
+run, which is how CI asks "would re-recording change anything?".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replay.client import ClientOptions, ServerClient
+from replay.diff import Policy
+from replay.errors import GoldenError
+from replay.golden import Golden
+from replay.golden_compare import compare_goldens
+from replay.golden_store import read_golden, write_golden
+from replay.recorder import NonDeterministicReference, RecordOptions, record
+from replay.scenario import ScenarioSpec, build_plan
+
+UNCHANGED = "unchanged"
+CHANGED = "changed"
+ERROR = "error"
+
+Notify = Callable[["UpdateResult"], None]
+
+
+@dataclass
+class UpdateResult:
+    path: Path
+    status: str  # unchanged | changed | error
+    written: bool = False  # the new recording replaced the old golden
+    report: dict[str, Any] | None = None  # compare_goldens(old, new): what changed, by request
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UpdateOptions:
+    policy: Policy = Policy("exact")
+    record: RecordOptions = RecordOptions()
+    dry_run: bool = False  # compare only, never write
+
+
+def find_goldens(directory: Path) -> list[Path]:
+    """Every NAME.zarr under `directory` (recursively, not inside another golden), sorted."""
+    directory = Path(directory)
+    found = [p for p in directory.rglob("*.zarr") if p.is_dir()]
+    outermost = [p for p in found if not any(q != p and q in p.parents for q in found)]
+    return sorted(outermost)
+
+
+def update_goldens(directory: Path, server_url: str, *, options: UpdateOptions = UpdateOptions(),
+                   client_options: ClientOptions | None = None,
+                   notify: Notify | None = None) -> list[UpdateResult]:
+    """Re-record every golden in `directory` against `server_url`; one result per golden.
+
+    A golden that cannot be read or re-recorded is an `error` result; the others still run.
+    A server that cannot be reached at all raises ServerError before any golden is touched.
+    """
+    paths = find_goldens(directory)
+
+    async def go() -> list[UpdateResult]:
+        results = []
+        async with ServerClient(server_url, client_options or ClientOptions()) as client:
+            warnings = await reference_warnings(client)
+            for path in paths:
+                result, new = await update_one(client, path, options)
+                result.warnings = warnings
+                results.append(result)
+                if notify:
+                    notify(result)  # shown before the golden is replaced
+                if new is not None and not options.dry_run:
+                    replace_golden(result, new, notify)
+        return results
+
+    return asyncio.run(go())
+
+
+async def reference_warnings(client: ServerClient) -> list[str]:
+    info = await client.server_info()
+    if not info.get("disable_radix_cache", False):
+        return ["the server has its radix cache on; goldens should be recorded with the cache "
+                "disabled (a reference profile such as sglang-reference)"]
+    return []
+
+
+async def update_one(client: ServerClient, path: Path, options: UpdateOptions
+                     ) -> tuple[UpdateResult, Golden | None]:
+    """Re-record and compare one golden; the new recording comes back only when it changed."""
+    try:
+        old = read_golden(path)
+        new = await rerecord(client, old, options.record)
+        report = compare_goldens(old, new, str(path), f"{path} (re-recorded)", options.policy)
+    except NonDeterministicReference as exc:
+        return UpdateResult(path, ERROR, error=f"the reference is not deterministic: {exc}"), None
+    except GoldenError as exc:
+        return UpdateResult(path, ERROR, error=str(exc)), None
+    if report["verdict"] == "pass":
+        return UpdateResult(path, UNCHANGED, report=report), None
+    return UpdateResult(path, CHANGED, report=report), new
+
+
+def replace_golden(result: UpdateResult, new: Golden, notify: Notify | None) -> None:
+    """Atomically replace the old golden; a failed write turns the result into an error."""
+    try:
+        write_golden(new, result.path, force=True)
+    except GoldenError as exc:
+        result.status, result.error = ERROR, f"could not replace it: {exc}"
+        if notify:
+            notify(result)
+        return
+    result.written = True
+
+
+async def rerecord(client: ServerClient, old: Golden, options: RecordOptions) -> Golden:
+    """The same scenario (seed, shape, top-k) recorded again: the same tree, fresh outputs."""
+    plan = build_plan(ScenarioSpec.from_dict(dict(old.scenario)))
+    return await record(client, plan, options)
