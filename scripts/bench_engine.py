@@ -2,7 +2,9 @@
 
 Prefill: `--batch` sequences of `--prompt` tokens in one forward call. Decode: `--decode` steps of
 one token per sequence at that batch, past K/V passed as views of preallocated buffers (as a paged
-cache would gather them), so the numbers are the model's own cost.
+cache would gather them), so the numbers are the model's own cost. Reports wall-clock tokens/s and
+tokens per CPU-second of this process (on a shared, loaded machine the wall numbers drop with the
+load; the CPU numbers are what an idle machine would show), with the 1-minute load average.
 
     python3 scripts/bench_engine.py --config tiny --device cpu --batch 9
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -78,15 +81,15 @@ def main() -> None:
     ssm = [model.empty_ssm() for _ in range(args.batch)]
     prompts = [torch.from_numpy(rng.integers(0, config.vocab_size, args.prompt)) for _ in range(args.batch)]
     synchronize(device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     next_tokens = step(prompts, 0)
     synchronize(device)
-    prefill_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    prefill_s, prefill_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(args.decode):
         next_tokens = step([torch.tensor([t]) for t in next_tokens], args.prompt + i)
     synchronize(device)
-    decode_s = time.perf_counter() - t0
+    decode_s, decode_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     report = {
         "config": config.name,
         "device": str(device),
@@ -97,6 +100,10 @@ def main() -> None:
         "prefill_tokens_per_s": round(args.batch * args.prompt / prefill_s, 1),
         "decode_tokens_per_s": round(args.batch * args.decode / decode_s, 1),
         "decode_step_ms": round(1000 * decode_s / args.decode, 2),
+        # per CPU-second of this process: what the wall numbers become on an otherwise idle machine
+        "prefill_tokens_per_cpu_s": round(args.batch * args.prompt / prefill_cpu_s, 1),
+        "decode_tokens_per_cpu_s": round(args.batch * args.decode / decode_cpu_s, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(report))
 

@@ -101,25 +101,25 @@ def linear(x: torch.Tensor, w: torch.Tensor, workspace: Workspace) -> torch.Tens
 
     Bit-identical to `tree_sum((x[:, :, None] * w[None]).transpose(1, 2), -1)`; the [M, K, N]
     layout keeps N innermost so that every tree level is a contiguous vector add. Rows are chunked
-    so the products stay in cache; the tree's views are built once for the full-size chunks.
+    so the products stay in cache; the tree's views are built once for the full-size chunks and
+    the last level writes straight into the output.
     """
     m, k = x.shape
     n = w.shape[1]
     out = torch.empty(m, n, dtype=F32, device=x.device)
     rows = min(m, workspace.rows_per_chunk(k * n))
     full = workspace.take(rows, k, n)
-    full_levels = _tree_levels(full, 1) if m >= 2 * rows else []
-    for r0 in range(0, m, rows):
-        r1 = min(m, r0 + rows)
-        if full_levels and r1 - r0 == rows:
-            torch.mul(x[r0:r1, :, None], w[None], out=full)
-            for dst, src in full_levels:
+    levels = _tree_levels(full, 1) if m >= 2 * rows and k > 1 else []
+    for x_chunk, out_chunk in zip(x.unsqueeze(2).split(rows), out.unsqueeze(1).split(rows)):
+        if levels and x_chunk.shape[0] == rows:
+            torch.mul(x_chunk, w, out=full)
+            for dst, src in levels[:-1]:
                 dst.add_(src)
-            out[r0:r1] = full.select(1, 0)
+            torch.add(levels[-1][0], levels[-1][1], out=out_chunk)
         else:
-            products = full[: r1 - r0]
-            torch.mul(x[r0:r1, :, None], w[None], out=products)
-            out[r0:r1] = tree_sum_(products, 1)
+            products = full[: x_chunk.shape[0]]
+            torch.mul(x_chunk, w, out=products)
+            out_chunk.copy_(tree_sum_(products, 1).unsqueeze(1))
     return out
 
 
@@ -225,15 +225,19 @@ class ExactMath:
             y = y * t
         return y
 
+    def logistic_denominator(self, x: torch.Tensor) -> torch.Tensor:
+        """1 + e^-x: sigmoid(x) = 1 / it, silu(x) = x / it (one exp serves both)."""
+        return self.exp(torch.neg(x)).add_(self.one)
+
     def sigmoid(self, x: torch.Tensor) -> torch.Tensor:
         """1 / (1 + e^-x)."""
-        e = self.exp(torch.neg(x)).add_(self.one)
-        return torch.div(self.one, e, out=e)
+        denominator = self.logistic_denominator(x)
+        return torch.div(self.one, denominator, out=denominator)
 
     def silu(self, x: torch.Tensor) -> torch.Tensor:
         """x * sigmoid(x), as x / (1 + e^-x)."""
-        e = self.exp(torch.neg(x)).add_(self.one)
-        return torch.div(x, e, out=e)
+        denominator = self.logistic_denominator(x)
+        return torch.div(x, denominator, out=denominator)
 
     def softplus(self, x: torch.Tensor) -> torch.Tensor:
         """log(1 + e^x); x itself above 20 (where the difference is below float32 resolution)."""

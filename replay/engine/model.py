@@ -8,8 +8,8 @@ sequential recurrence (SSM), and every reduction is a halving tree whose result 
 zero padding (`exact.tree_sum_`).
 
 Layer: h += mixer(rms_norm(h)); h += mlp(rms_norm(h)), mixer = GQA attention with RoPE or a
-Mamba2-like SSM (causal depthwise conv, silu, per-head decay a_t = exp(-softplus(dt) * A),
-h_t = a_t h_{t-1} + dt x_t B_t, y_t = C_t . h_t + D x_t, gated by silu(z)).
+Mamba2-like SSM (causal depthwise conv, silu, per-head gated decay a_t = sigmoid(g_t + bias),
+h_t = a_t h_{t-1} + B_t (1 - a_t) x_t, y_t = C_t . h_t + D x_t, gated by silu(z)).
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from replay.engine.config import ModelConfig
 from replay.engine.exact import F32, ExactMath, Workspace, linear, next_pow2, tree_sum_
 from replay.engine.weights import AttnWeights, MLPWeights, SSMWeights, make_weights
 
-CPU_CHUNK_ELEMS = 1 << 20  # 4 MiB of products: stays in cache, measured fastest on CPU
+CPU_CHUNK_ELEMS = 1 << 19  # 2 MiB of products: measured fastest on a 2-core EPYC (L2 512 KiB, L3 32 MiB)
 CUDA_CHUNK_ELEMS = 1 << 27  # 512 MiB of products
+ATTN_CHUNK_FACTOR = 4  # attention blocks may use 4x the chunk: fewer, larger ops per query block
+ATTN_GROUP_QUERY_TOKENS = 64  # items of equal length attend together up to this many query tokens
+ATTN_TRANSPOSE_ROWS = 16  # from this many query rows per kv head, transpose keys for the score tree
 
 
 @dataclass
@@ -133,6 +136,9 @@ class HybridModel:
             return []
         for index, item in enumerate(items):
             self._validate(index, item)
+        all_tokens = torch.cat([item.tokens for item in items])
+        if int(all_tokens.min()) < 0 or int(all_tokens.max()) >= self.config.vocab_size:
+            raise ValueError(f"forward: token ids must be in [0, {self.config.vocab_size})")
         with torch.no_grad():
             return self._forward(items)
 
@@ -198,23 +204,26 @@ class HybridModel:
         by_length: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             by_length.setdefault(n, []).append(i)
-        group_size = self.config.n_heads // self.config.n_kv_heads
         groups = []
-        for t_new, members in by_length.items():
-            steps = np.arange(t_new)
-            group_starts = np.asarray([starts[i] for i in members])
-            groups.append(
-                _AttnGroup(
-                    items=members,
-                    starts=[starts[i] for i in members],
-                    t_new=t_new,
-                    rows=self._index((offsets[members][:, None] + steps[None, :]).reshape(-1)),
-                    key_batch=self._index(np.repeat(np.arange(len(members)), t_new)),
-                    key_pos=self._index((group_starts[:, None] + steps[None, :]).reshape(-1)),
-                    query_pos=self._index(group_starts[:, None] + np.repeat(steps, group_size)[None, :]),
-                )
-            )
+        for t_new, same_length in by_length.items():
+            per_group = max(1, ATTN_GROUP_QUERY_TOKENS // t_new)
+            for first in range(0, len(same_length), per_group):
+                groups.append(self._attn_group(same_length[first : first + per_group], t_new, starts, offsets))
         return groups
+
+    def _attn_group(self, members: list[int], t_new: int, starts: list[int], offsets: np.ndarray) -> _AttnGroup:
+        group_size = self.config.n_heads // self.config.n_kv_heads
+        steps = np.arange(t_new)
+        group_starts = np.asarray([starts[i] for i in members])
+        return _AttnGroup(
+            items=members,
+            starts=[starts[i] for i in members],
+            t_new=t_new,
+            rows=self._index((offsets[members][:, None] + steps[None, :]).reshape(-1)),
+            key_batch=self._index(np.repeat(np.arange(len(members)), t_new)),
+            key_pos=self._index((group_starts[:, None] + steps[None, :]).reshape(-1)),
+            query_pos=self._index(group_starts[:, None] + np.repeat(steps, group_size)[None, :]),
+        )
 
     def _conv_indices(self, lengths: list[int], offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows of [saved conv inputs of all items (width-1 each); new rows] for every conv window.
@@ -237,7 +246,7 @@ class HybridModel:
         """Time blocks of the SSM scan (items sorted longest first, so the active ones are a prefix)."""
         c = self.config
         lengths_np = np.asarray(lengths)
-        active_at = [int((lengths_np > t).sum()) for t in range(lengths[0])]
+        active_at = (lengths_np[None, :] > np.arange(lengths[0])[:, None]).sum(axis=1).tolist()
         blocks = []
         t0 = 0
         while t0 < lengths[0]:
@@ -272,9 +281,6 @@ class HybridModel:
                 f"{where}: positions {item.start}..{item.start + item.tokens.shape[0] - 1} "
                 f"exceed max_context {c.max_context}"
             )
-        low, high = int(item.tokens.min()), int(item.tokens.max())
-        if low < 0 or high >= c.vocab_size:
-            raise ValueError(f"{where}: token ids must be in [0, {c.vocab_size})")
         if len(item.past_kv) != c.attn_layers or len(item.ssm) != c.ssm_layers:
             raise ValueError(
                 f"{where}: need {c.attn_layers} past_kv pairs and {c.ssm_layers} SSM states, "
@@ -320,8 +326,8 @@ class HybridModel:
         out = torch.empty(batch.rows, q_width, dtype=F32, device=self.device)
         for group in batch.attn_groups:
             queries = q[group.rows].reshape(len(group.items), group.t_new, c.n_heads, c.head_dim)
-            keys_t, values = self._group_keys(group, [batch.items[i].past_kv[attn_index] for i in group.items], k, v)
-            attended = self._attend(queries, keys_t, values, group, workspace)
+            keys, values = self._group_keys(group, [batch.items[i].past_kv[attn_index] for i in group.items], k, v)
+            attended = self._attend(queries, keys, values, group, workspace)
             out[group.rows] = attended.reshape(-1, q_width)
         return linear(out, w.out, workspace), kvs
 
@@ -335,7 +341,7 @@ class HybridModel:
     def _group_keys(
         self, group: _AttnGroup, pasts: list[tuple[torch.Tensor, torch.Tensor]], k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys [B, kv, hd, L] and values with a ones column [B, kv, L, hd + 1], zero-padded to the
+        """Keys [B, kv, L, hd] and values with a ones column [B, kv, L, hd + 1], zero-padded to the
         longest item. The ones column makes the value tree also sum the softmax denominator."""
         c = self.config
         n_keys = max(group.starts) + group.t_new
@@ -346,12 +352,12 @@ class HybridModel:
         values[group.key_batch, group.key_pos] = v[group.rows]
         ones = torch.ones(len(pasts), n_keys, c.n_kv_heads, 1, dtype=F32, device=self.device)
         values = torch.cat([values, ones], dim=-1)
-        return keys.permute(0, 2, 3, 1).contiguous(), values.permute(0, 2, 1, 3).contiguous()
+        return keys.transpose(1, 2).contiguous(), values.transpose(1, 2).contiguous()
 
     def _attend(
         self,
         queries: torch.Tensor,
-        keys_t: torch.Tensor,
+        keys: torch.Tensor,
         values: torch.Tensor,
         group: _AttnGroup,
         workspace: Workspace,
@@ -370,18 +376,24 @@ class HybridModel:
         # row r of a kv head is (token r // group_size, query head kv * group_size + r % group_size)
         qg = queries.reshape(batch, t_new, kv_heads, group_size, hd).permute(0, 2, 1, 3, 4)
         qg = qg.reshape(batch, kv_heads, t_new * group_size, hd)
-        total_keys = keys_t.shape[-1]
+        total_keys = keys.shape[2]
+        keys_t = keys.transpose(2, 3).contiguous() if t_new * group_size >= ATTN_TRANSPOSE_ROWS else None
         out = torch.empty(batch, kv_heads, t_new * group_size, hd, dtype=F32, device=self.device)
         key_index = torch.arange(total_keys, device=self.device)
         per_token = batch * kv_heads * group_size * (hd + 1) * total_keys
-        tokens_per_block = max(1, workspace.chunk_elems // per_token)
+        tokens_per_block = max(1, ATTN_CHUNK_FACTOR * workspace.chunk_elems // per_token)
         for t0 in range(0, t_new, tokens_per_block):
             t1 = min(t_new, t0 + tokens_per_block)
             r0, r1 = t0 * group_size, t1 * group_size
             n_keys = min(total_keys, max(group.starts) + t1)
-            products = workspace.take(batch, kv_heads, r1 - r0, hd, n_keys)
-            torch.mul(qg[:, :, r0:r1, :, None], keys_t[:, :, None, :, :n_keys], out=products)
-            scores = tree_sum_(products, 3).mul(self._attn_scale)  # [B, kv, rows, keys]
+            if keys_t is None:  # few query rows: keys as they are, the tree runs over the last axis
+                products = workspace.take(batch, kv_heads, r1 - r0, n_keys, hd)
+                torch.mul(qg[:, :, r0:r1, None, :], keys[:, :, None, :n_keys, :], out=products)
+                scores = tree_sum_(products, 4).mul(self._attn_scale)  # [B, kv, rows, keys]
+            else:  # many rows: transposed keys keep every tree level a contiguous vector add
+                products = workspace.take(batch, kv_heads, r1 - r0, hd, n_keys)
+                torch.mul(qg[:, :, r0:r1, :, None], keys_t[:, :, None, :, :n_keys], out=products)
+                scores = tree_sum_(products, 3).mul(self._attn_scale)  # [B, kv, rows, keys]
             hidden = (key_index[None, None, :n_keys] > group.query_pos[:, r0:r1, None]).unsqueeze(1)
             top = torch.amax(scores.masked_fill(hidden, float("-inf")), dim=-1, keepdim=True)
             weights = m.exp(scores.sub_(top)).masked_fill_(hidden, 0.0)
@@ -403,15 +415,17 @@ class HybridModel:
         proj = linear(x, w.in_proj, workspace)
         xs, z = proj[:, :di], proj[:, di : 2 * di]
         b_in, c_out = proj[:, 2 * di : 2 * di + ds], proj[:, 2 * di + ds : 2 * di + 2 * ds]
-        dt_raw = proj[:, 2 * di + 2 * ds :]
+        gate_raw = proj[:, 2 * di + 2 * ds :]
         conv_out, conv_states = self._causal_conv(xs, w, batch, ssm_index)
-        xc, gate = m.silu(torch.cat([conv_out, z], dim=1)).split(di, dim=1)  # one silu for both
-        dt = m.softplus(dt_raw + w.dt_bias)  # [rows, heads]
-        decay = m.exp(torch.neg(dt * w.decay_rate))  # in (0, 1]
+        # one exp for silu(conv), silu(z) and sigmoid(g + bias): x / (1 + e^-x) and 1 / (1 + e^-x)
+        pre = torch.cat([conv_out, z, gate_raw + w.gate_bias], dim=1)
+        denominator = m.logistic_denominator(pre)
+        xc, gate = (pre[:, : 2 * di] / denominator[:, : 2 * di]).split(di, dim=1)
+        keep = m.one / denominator[:, 2 * di :]  # decay a_t in (0, 1), per head
         per_head = c.d_inner // c.n_heads
-        dt_x = dt.repeat_interleave(per_head, dim=1).mul_(xc)  # [rows, d_inner]
-        decay = decay.repeat_interleave(per_head, dim=1)
-        y, h_states = self._scan(dt_x, decay, b_in, c_out, batch, ssm_index, workspace)
+        inject = (m.one - keep).repeat_interleave(per_head, dim=1).mul_(xc)  # (1 - a_t) x_t
+        decay = keep.repeat_interleave(per_head, dim=1)
+        y, h_states = self._scan(inject, decay, b_in, c_out, batch, ssm_index, workspace)
         y = y.add_(self._ssm_skip[ssm_index] * xc).mul_(gate)
         states = [SSMState(conv=conv, h=h) for conv, h in zip(conv_states, h_states)]
         return linear(y, w.out, workspace), states
@@ -428,7 +442,7 @@ class HybridModel:
 
     def _scan(
         self,
-        dt_x: torch.Tensor,
+        inject: torch.Tensor,
         decay: torch.Tensor,
         b_in: torch.Tensor,
         c_out: torch.Tensor,
@@ -436,7 +450,7 @@ class HybridModel:
         ssm_index: int,
         workspace: Workspace,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """h_t = decay_t * h_{t-1} + B_t (dt x)_t step by step; y_t = tree_sum_s C_t[s] h_t[s].
+        """h_t = decay_t * h_{t-1} + B_t inject_t step by step; y_t = tree_sum_s C_t[s] h_t[s].
 
         Items advance together one time step per op (longest first, so the active items are always
         a prefix); states are kept as [d_state, d_inner] so every op is a contiguous vector op.
@@ -448,7 +462,7 @@ class HybridModel:
         y = torch.empty(batch.rows, di, dtype=F32, device=self.device)
         for block in batch.scan_blocks:
             n_block = block.n_items
-            u = b_in[block.rows][..., :, None] * dt_x[block.rows][..., None, :]  # [steps, items, ds, di]
+            u = b_in[block.rows][..., :, None] * inject[block.rows][..., None, :]  # [steps, items, ds, di]
             a = decay[block.rows][..., None, :]  # [steps, items, 1, di]
             hs = workspace.take(block.steps, n_block, ds, di)
             prev = state[:n_block]

@@ -31,11 +31,10 @@ class AttnWeights:
 @dataclass(frozen=True)
 class SSMWeights:
     norm: torch.Tensor  # [d_model]
-    in_proj: torch.Tensor  # [d_model, 2 * d_inner + 2 * d_state + n_heads]: x, z, B, C, dt
+    in_proj: torch.Tensor  # [d_model, 2 * d_inner + 2 * d_state + n_heads]: x, z, B, C, g
     conv_weight: torch.Tensor  # [conv_width, d_inner]; row conv_width - 1 multiplies the newest input
     conv_bias: torch.Tensor  # [d_inner]
-    dt_bias: torch.Tensor  # [n_heads]
-    decay_rate: torch.Tensor  # [n_heads], > 0: a_t = exp(-dt_t * decay_rate)
+    gate_bias: torch.Tensor  # [n_heads]: decay a_t = sigmoid(g_t + gate_bias), input scale 1 - a_t
     skip: torch.Tensor  # [n_heads]: y += skip * x
     out: torch.Tensor  # [d_inner, d_model]
 
@@ -154,8 +153,7 @@ def make_weights(config: ModelConfig, seed: int) -> ModelWeights:
                     f"{p}.ssm.conv_weight", (c.conv_width, c.d_inner), _fan_in_scale(c.conv_width)
                 ),
                 conv_bias=draw.symmetric(f"{p}.ssm.conv_bias", (c.d_inner,), 0.1),
-                dt_bias=draw.uniform(f"{p}.ssm.dt_bias", (c.n_heads,), -5.0, -2.0),
-                decay_rate=draw.uniform(f"{p}.ssm.decay_rate", (c.n_heads,), 1.0, 8.0),
+                gate_bias=draw.uniform(f"{p}.ssm.gate_bias", (c.n_heads,), 1.5, 6.0),  # a ~ 0.8 .. 0.998
                 skip=draw.uniform(f"{p}.ssm.skip", (c.n_heads,), 0.5, 1.5),
                 out=draw.symmetric(
                     f"{p}.ssm.out", (c.d_inner, c.d_model), _fan_in_scale(c.d_inner, residual_gain)
