@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from cli import engine_cmds, render
+from cli import engine_cmds, matrix_cmd, profiles_cmd, render, update_cmd
 from cli.report_cmd import report as report_cmd
 from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
@@ -28,6 +28,8 @@ from replay.html_report import write_html
 from replay.golden_store import golden_summary, read_golden, verify_golden, write_golden
 from replay.golden_compare import compare_goldens
 from replay.journal import journal_path
+from replay.launch import server_for
+from replay.shard import parse_shard, shard_golden
 from replay.recorder import NonDeterministicReference, RecordOptions, record
 from replay.replayer import ReplayOptions, replay
 from replay.report import junit_xml, report_dict, write_json
@@ -70,7 +72,10 @@ def client_options(concurrency: int, timeout: float, api_key: str | None) -> Cli
     return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
 
 
-ServerOpt = typer.Option(..., "--server", help="Base URL of an SGLang-protocol server, e.g. http://127.0.0.1:30000.")
+ServerOpt = typer.Option(None, "--server", help="Base URL of an SGLang-protocol server, e.g. http://127.0.0.1:30000.", show_default=False)
+LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
+ModelOpt = typer.Option(None, "--model", help="Model path for --launch profiles that need one.", show_default=False)
+LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
 ConcurrencyOpt = typer.Option(16, "--concurrency", help="Requests in flight at once.")
 ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag (see docs/scenarios.md).")
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
@@ -82,6 +87,9 @@ QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar (for CI lo
 @exits_cleanly
 def record_cmd(
     server: str = ServerOpt,
+    launch: str = LaunchOpt,
+    model: str = ModelOpt,
+    log_dir: Path = LogDirOpt,
     scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name (see `golden scenarios`) or a TOML file."),
     out: Path = typer.Option(..., "--out", help="Golden to write: a NAME.zarr directory."),
     seed: int = typer.Option(None, "--seed", help="Override the scenario's seed.", show_default=False),
@@ -108,8 +116,8 @@ def record_cmd(
                             journal=journal, resume=resume)
     total = len(plan.requests) * check_determinism
 
-    async def go() -> Any:
-        async with ServerClient(server, client_options(concurrency, timeout, api_key)) as client:
+    async def go(url: str) -> Any:
+        async with ServerClient(url, client_options(concurrency, timeout, api_key)) as client:
             info = await client.server_info()
             if not info.get("disable_radix_cache", False):
                 render.err.print("warning: the server has its radix cache on; a reference should "
@@ -118,7 +126,8 @@ def record_cmd(
                 return await record(client, plan, options, progress=tick)
 
     try:
-        golden = asyncio.run(go())
+        with server_for(server, launch, model, log_dir) as url:
+            golden = asyncio.run(go(url))
     except NonDeterministicReference as exc:
         journal.unlink(missing_ok=True)
         render.err.print(f"refusing to write {out}: the reference is not deterministic: {exc}", markup=False)
@@ -126,8 +135,9 @@ def record_cmd(
     path = write_golden(golden, out, force=force)
     journal.unlink(missing_ok=True)
     tokens = sum(len(r.output_ids) for r in golden.requests)
+    source = redact_url(server) if server else f"profile {launch}"
     render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
-                     f"{redact_url(server)} into {path}", markup=False)
+                     f"{source} into {path}", markup=False)
 
 
 @app.command("replay")
@@ -135,6 +145,10 @@ def record_cmd(
 def replay_cmd(
     golden_path: Path = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`."),
     server: str = ServerOpt,
+    launch: str = LaunchOpt,
+    model: str = ModelOpt,
+    log_dir: Path = LogDirOpt,
+    shard: str = typer.Option(None, "--shard", help="Replay only shard i of n (whole groups), e.g. 2/4.", show_default=False),
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
@@ -156,32 +170,41 @@ def replay_cmd(
         raise UsageError("--repeat must be >= 1")
     if require_tier not in (None, "host", "storage", "device"):
         raise UsageError(f"invalid --require-tier {require_tier!r}: use host or storage")
+    if shard is not None:
+        parse_shard(shard)
+    if (server is None) == (launch is None):
+        raise UsageError("give exactly one of --server URL or --launch PROFILE")
     options = ReplayOptions(policy=parsed_policy, schedule=schedule, repeat=repeat,
                             expect_cache=expect_cache, require_tier=require_tier,
                             allow_model_mismatch=allow_model_mismatch)
     code = run_replay(golden_path, server, options, client_options(concurrency, timeout, api_key),
-                      report_path=report, junit_path=junit, html_path=html, quiet=quiet)
+                      report_path=report, junit_path=junit, html_path=html, quiet=quiet,
+                      launch=launch, model=model, log_dir=log_dir, shard=shard)
     raise typer.Exit(code)
 
 
-def run_replay(golden_path: Path, server: str, options: ReplayOptions, copts: ClientOptions, *,
-               report_path: Path | None, junit_path: Path | None, quiet: bool,
-               html_path: Path | None = None) -> int:
+def run_replay(golden_path: Path, server: str | None, options: ReplayOptions, copts: ClientOptions,
+               *, report_path: Path | None, junit_path: Path | None, quiet: bool,
+               html_path: Path | None = None, launch: str | None = None, model: str | None = None,
+               log_dir: Path = Path("golden-logs"), shard: str | None = None) -> int:
     """Replay, print, write the report files; returns the exit code. Shared by replay and demo."""
     name = str(golden_path)
+    where = redact_url(server) if server else f"profile {launch}"
     try:
         golden = read_golden(golden_path)
+        if shard:
+            golden = shard_golden(golden, shard)
+        with server_for(server, launch, model, log_dir) as url:
+            async def go() -> Any:
+                async with ServerClient(url, copts) as client:
+                    total = len(golden.requests) * options.repeat
+                    with render.progress_bar(f"replay {golden_path.name}", total, quiet) as tick:
+                        return await replay(client, golden, name, options, progress=tick)
 
-        async def go() -> Any:
-            async with ServerClient(server, copts) as client:
-                total = len(golden.requests) * options.repeat
-                with render.progress_bar(f"replay {golden_path.name}", total, quiet) as tick:
-                    return await replay(client, golden, name, options, progress=tick)
-
-        result = asyncio.run(go())
-        doc = report_dict(result, golden=name, server=redact_url(server), policy=str(options.policy))
+            result = asyncio.run(go())
+        doc = report_dict(result, golden=name, server=where, policy=str(options.policy))
     except GoldenError as exc:
-        doc = report_dict(None, golden=name, server=redact_url(server), policy=str(options.policy),
+        doc = report_dict(None, golden=name, server=where, policy=str(options.policy),
                           error=str(exc))
     write_reports(doc, report_path, junit_path, html_path)
     render.print_outcome(doc)
@@ -247,5 +270,8 @@ def scenarios() -> None:
 
 
 app.command("report")(report_cmd)
+app.command("matrix")(exits_cleanly(matrix_cmd.matrix))
+app.command("update")(exits_cleanly(update_cmd.update))
+app.add_typer(profiles_cmd.app, name="profiles")
 app.command("serve")(exits_cleanly(engine_cmds.serve))
 app.command("demo")(exits_cleanly(engine_cmds.demo))

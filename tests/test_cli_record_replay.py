@@ -269,3 +269,15 @@ def test_replay_writes_a_self_contained_html_report(golden, tmp_path):
     assert res.exit_code == 0
     page = html.read_text()
     assert "g1/b1/t2" in page and "http://" not in page.split("</head>")[0]
+
+
+def test_replay_can_launch_its_own_server(golden, tmp_path):
+    res = runner.invoke(app, ["replay", str(golden), "--server", "http://127.0.0.1:9",
+                              "--launch", "embedded-hicache", "-q"])
+    assert res.exit_code == 2 and "exactly one of --server URL or --launch PROFILE" in res.output
+
+
+def test_replay_of_one_shard_replays_only_its_groups(golden, tmp_path):
+    res, doc = replay(golden, tmp_path, StubConfig(), "--shard", "2/2")
+    assert res.exit_code == 0, res.output
+    assert {r["id"].split("/")[0] for r in doc["requests"]} == {"g1"}
