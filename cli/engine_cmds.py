@@ -63,28 +63,32 @@ def demo(
     from replay.golden_store import write_golden
     from replay.replayer import ReplayOptions
 
-    _, server, _ = engine_modules()
+    from replay.launch import server_for
+
+    engine_modules()  # a clear error now if torch is missing
     spec = load_scenario(scenario)
     plan = build_plan(spec)
     out.mkdir(parents=True, exist_ok=True)
     golden_path = out / f"{spec.name}.zarr"
+    logs = out / "logs"
     copts = ClientOptions(concurrency=16)
 
-    render.err.print(f"1/3 recording {spec.name} ({spec.requests} requests) on the `reference` "
-                     "profile (radix cache off, overlap off)", markup=False)
-    with server.start_server(engine_options("reference")) as ref:
+    render.err.print(f"1/3 recording {spec.name} ({spec.requests} requests) on a `reference` "
+                     "engine (radix cache off, overlap off)", markup=False)
+    with server_for(None, "embedded-reference", None, logs) as url:
         async def go() -> Any:
-            async with ServerClient(ref.url, copts) as client:
+            async with ServerClient(url, copts) as client:
                 with render.progress_bar("record", spec.requests, quiet) as tick:
                     return await record(client, plan, RecordOptions(), progress=tick)
         golden = asyncio.run(go())
     write_golden(golden, golden_path, force=True)
     render.err.print(f"2/3 wrote {golden_path}", markup=False)
-    render.err.print(f"3/3 replaying on the `{replay_profile}` profile"
+    render.err.print(f"3/3 replaying on an `{replay_profile}` engine"
                      + (f" with fault {fault}" if fault else ""), markup=False)
-    with server.start_server(engine_options(replay_profile, fault=fault)) as hot:
-        code = run_replay(golden_path, hot.url, ReplayOptions(), copts,
-                          report_path=out / "report.json", junit_path=out / "junit.xml",
-                          html_path=out / "report.html", quiet=quiet)
-    render.err.print(f"reports: {out / 'report.json'}, {out / 'report.html'}", markup=False)
+    code = run_replay(golden_path, None, ReplayOptions(), copts,
+                      report_path=out / "report.json", junit_path=out / "junit.xml",
+                      html_path=out / "report.html", quiet=quiet,
+                      launch=f"embedded-{replay_profile}", fault=fault, log_dir=logs)
+    render.err.print(f"reports: {out / 'report.json'}, {out / 'report.html'}; server logs: {logs}",
+                     markup=False)
     raise typer.Exit(code)

@@ -20,6 +20,7 @@ import typer
 
 from cli import engine_cmds, matrix_cmd, profiles_cmd, render, update_cmd
 from cli.report_cmd import report as report_cmd
+from replay.apis import detect_api, get_api
 from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
 from replay.errors import GoldenError, UsageError
@@ -81,6 +82,12 @@ ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar (for CI logs).")
+ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
+
+
+async def use_api(client: ServerClient, name: str) -> None:
+    """Point the client at the server's API, detecting it when asked to."""
+    client.api = get_api(await detect_api(client) if name == "auto" else name)
 
 
 @app.command("record")
@@ -100,6 +107,7 @@ def record_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted recording from its journal (.NAME.zarr.journal)."),
     check_determinism: int = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit."),
     timeout: float = TimeoutOpt,
+    api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -118,6 +126,7 @@ def record_cmd(
 
     async def go(url: str) -> Any:
         async with ServerClient(url, client_options(concurrency, timeout, api_key)) as client:
+            await use_api(client, api)
             info = await client.server_info()
             if not info.get("disable_radix_cache", False):
                 render.err.print("warning: the server has its radix cache on; a reference should "
@@ -160,6 +169,7 @@ def replay_cmd(
     allow_model_mismatch: bool = typer.Option(False, "--allow-model-mismatch", help="Replay even if the server's model differs from the golden's."),
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
+    api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -179,14 +189,15 @@ def replay_cmd(
                             allow_model_mismatch=allow_model_mismatch)
     code = run_replay(golden_path, server, options, client_options(concurrency, timeout, api_key),
                       report_path=report, junit_path=junit, html_path=html, quiet=quiet,
-                      launch=launch, model=model, log_dir=log_dir, shard=shard)
+                      launch=launch, model=model, log_dir=log_dir, shard=shard, api=api)
     raise typer.Exit(code)
 
 
 def run_replay(golden_path: Path, server: str | None, options: ReplayOptions, copts: ClientOptions,
                *, report_path: Path | None, junit_path: Path | None, quiet: bool,
                html_path: Path | None = None, launch: str | None = None, model: str | None = None,
-               log_dir: Path = Path("golden-logs"), shard: str | None = None) -> int:
+               log_dir: Path = Path("golden-logs"), shard: str | None = None,
+               fault: str | None = None, api: str = "auto") -> int:
     """Replay, print, write the report files; returns the exit code. Shared by replay and demo."""
     name = str(golden_path)
     where = redact_url(server) if server else f"profile {launch}"
@@ -194,9 +205,10 @@ def run_replay(golden_path: Path, server: str | None, options: ReplayOptions, co
         golden = read_golden(golden_path)
         if shard:
             golden = shard_golden(golden, shard)
-        with server_for(server, launch, model, log_dir) as url:
+        with server_for(server, launch, model, log_dir, fault=fault) as url:
             async def go() -> Any:
                 async with ServerClient(url, copts) as client:
+                    await use_api(client, api)
                     total = len(golden.requests) * options.repeat
                     with render.progress_bar(f"replay {golden_path.name}", total, quiet) as tick:
                         return await replay(client, golden, name, options, progress=tick)

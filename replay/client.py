@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from replay.apis import Api
 from replay.errors import MalformedResponse, ServerError
 
 RETRYABLE_STATUS = {429, 503}
@@ -34,11 +35,15 @@ class ClientOptions:
 
 
 class ServerClient:
-    """Use as `async with ServerClient(url, options) as client:`."""
+    """Use as `async with ServerClient(url, options, api) as client:`. The API (default SGLang's)
+    decides paths and bodies; this class owns the session, the pool, timeouts and retries."""
 
-    def __init__(self, url: str, options: ClientOptions | None = None) -> None:
+    def __init__(self, url: str, options: ClientOptions | None = None, api: Api | None = None) -> None:
+        from replay.apis.sglang import SGLangApi
+
         self.url = url.rstrip("/")
         self.options = options or ClientOptions()
+        self.api: Api = api or SGLangApi()
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(self.options.concurrency)
 
@@ -65,31 +70,24 @@ class ServerClient:
             await self._session.close()
             self._session = None
 
-    async def generate(self, body: dict[str, Any], request_id: str) -> Any:
+    async def generate(self, body: dict[str, Any], request_id: str, path: str = "/generate") -> Any:
         async with self._slots:
-            return await self._call("POST", "/generate", request_id, body=body)
+            return await self._call("POST", path, request_id, body=body)
 
     async def server_info(self) -> dict[str, Any]:
-        return await self._info("/server_info", "/get_server_info")
+        return await self.api.server_info(self)
 
     async def model_info(self) -> dict[str, Any]:
-        return await self._info("/model_info", "/get_model_info")
+        return await self.api.model_info(self)
 
     async def flush_cache(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.flush_wait
-        while True:
-            status, text = await self._raw("POST", "/flush_cache", "flush_cache")
-            if status == 200:
-                return
-            if status != 400 or loop.time() >= deadline:
-                raise ServerError(f"{self.url}/flush_cache answered HTTP {status}: {_short(text)}")
-            await asyncio.sleep(0.2)
+        await self.api.flush_cache(self)
 
-    async def _info(self, path: str, old_path: str) -> dict[str, Any]:
-        status, text = await self._raw("GET", path, path)
-        if status == 404:
-            status, text = await self._raw("GET", old_path, old_path)
+    async def get_json(self, path: str, fallback: str | None = None) -> dict[str, Any]:
+        """GET a JSON object (trying `fallback` on 404: older servers' names)."""
+        status, text = await self.raw("GET", path, path)
+        if status == 404 and fallback:
+            status, text = await self.raw("GET", fallback, fallback)
         if status != 200:
             raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}")
         data = _decode(text, path)
@@ -97,15 +95,27 @@ class ServerClient:
             raise MalformedResponse(f"{path}: expected a JSON object")
         return data
 
+    async def post_until_idle(self, path: str, body: Any = None) -> None:
+        """POST that the server refuses with 400 while requests drain: retried briefly."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.flush_wait
+        while True:
+            status, text = await self.raw("POST", path, path, body)
+            if status == 200:
+                return
+            if status != 400 or loop.time() >= deadline:
+                raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}")
+            await asyncio.sleep(0.2)
+
     async def _call(self, method: str, path: str, request_id: str, body: Any = None) -> Any:
-        status, text = await self._raw(method, path, request_id, body)
+        status, text = await self.raw(method, path, request_id, body)
         if status != 200:
             raise ServerError(
                 f"request {request_id}: {self.url}{path} answered HTTP {status}: {_short(text)}"
             )
         return _decode(text, f"request {request_id}")
 
-    async def _raw(
+    async def raw(
         self, method: str, path: str, what: str, body: Any = None
     ) -> tuple[int, str]:
         """One exchange, with retries only where the server did no work."""

@@ -108,7 +108,7 @@ async def record(client: ServerClient, plan: Plan, options: RecordOptions,
         prefixes=plan.prefixes,
         requests=[_recorded(plan, i, c) for i, c in enumerate(runs[0])],
         sampling=dict(SAMPLING),
-        meta=source_meta(client.url, server_info, model_info),
+        meta=source_meta(client.url, server_info, model_info, api=client.api.name),
     )
 
 

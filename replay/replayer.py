@@ -69,7 +69,8 @@ async def replay(client: ServerClient, golden: Golden, golden_name: str, options
     result = ReplayResult(
         golden=golden_name, server=client.url, policy=str(options.policy),
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
-        golden_meta=golden.meta, server_meta=source_meta(client.url, server_info, model_info),
+        golden_meta=golden.meta,
+        server_meta=source_meta(client.url, server_info, model_info, api=client.api.name),
     )
     for rep in range(options.repeat):
         if options.flush:

@@ -19,7 +19,7 @@ import numpy as np
 
 from replay.client import ServerClient
 from replay.errors import UsageError
-from replay.protocol import Completion, generate_body, parse_completion
+from replay.protocol import Completion
 
 SCHEDULES = ("lockstep", "interleave", "dag")
 
@@ -59,9 +59,9 @@ async def run_jobs(
     check_schedule(schedule)
 
     async def one(job: Job) -> None:
-        body = generate_body(inputs_for(job.index), job.max_new_tokens, top_k)
-        raw = await client.generate(body, job.id)
-        completion = parse_completion(
+        path, body = client.api.request(inputs_for(job.index), job.max_new_tokens, top_k)
+        raw = await client.generate(body, job.id, path)
+        completion = client.api.parse(
             raw, job.id, max_new_tokens=job.max_new_tokens, top_k=top_k, vocab_size=vocab_size
         )
         on_done(job, completion)
