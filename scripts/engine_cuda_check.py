@@ -9,7 +9,9 @@ prints one JSON object:
 * `cpu_vs_cuda`: sha256 of all logprob bytes on each device, the number of differing values and
   the largest difference in float32 ulps;
 * `cuda_invariance` / `cpu_invariance`: batch of all sequences vs each alone, whole prefill vs
-  chunks of 7 vs token by token, and a resumed (cache-hit) run vs cold.
+  chunks of 7 vs token by token, and a resumed (cache-hit) run vs cold;
+* `cpu_matches_workplace_pin` / `cuda_matches_workplace_pin` (tiny, seed 0): the logprobs equal
+  those pinned in tests/test_engine_model.py, i.e. the same bits as on the machine that pinned them.
 
 TF32 is switched off (the model does not use matmuls, but nothing should depend on it).
 
@@ -152,6 +154,18 @@ def primitives(device: torch.device) -> dict:
     return report
 
 
+# sha256 of the logprobs of tiny, seed 0, after the 40 tokens PCG64(36).integers(0, 4096, 40), as
+# measured on this workplace's CPU (the pin in tests/test_engine_model.py): equality on another
+# machine shows cross-machine identity, not just CPU == CUDA there.
+PINNED_TINY_SEED0_SHA256 = "b91638a62f3d3d77a18b80849e33dbf07a33a2273d5395265d8c7116645514eb"
+
+
+def pinned_digest(model: HybridModel) -> str:
+    toks = torch.from_numpy(np.random.Generator(np.random.PCG64(36)).integers(0, model.config.vocab_size, 40))
+    [result] = model.forward([ForwardItem(toks.to(model.device), 0, empty_kv(model), model.empty_ssm())])
+    return hashlib.sha256(result.logprobs.cpu().numpy().tobytes()).hexdigest()
+
+
 def main() -> None:
     args = parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -164,6 +178,9 @@ def main() -> None:
     cpu_trace = trace(cpu_model, seqs, args.decode)
     report["cpu_sha256"] = hashlib.sha256(to_bytes(cpu_trace)).hexdigest()
     report["cpu_invariance"] = invariance(cpu_model, seqs)
+    pinned = config.name == "tiny" and args.seed == 0
+    if pinned:
+        report["cpu_matches_workplace_pin"] = pinned_digest(cpu_model) == PINNED_TINY_SEED0_SHA256
     report["cpu_seconds"] = round(time.perf_counter() - t0, 1)
     if not torch.cuda.is_available():
         report["cuda"] = "not available"
@@ -178,6 +195,8 @@ def main() -> None:
     cuda_trace = trace(cuda_model, seqs, args.decode)
     report["cpu_vs_cuda"] = compare(cpu_trace, cuda_trace)
     report["cuda_invariance"] = invariance(cuda_model, seqs)
+    if pinned:
+        report["cuda_matches_workplace_pin"] = pinned_digest(cuda_model) == PINNED_TINY_SEED0_SHA256
     torch.cuda.synchronize()
     report["cuda_seconds"] = round(time.perf_counter() - t0, 1)
     report["all_exact"] = (

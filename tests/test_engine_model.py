@@ -249,6 +249,17 @@ def test_thread_count_does_not_change_bits(model: HybridModel) -> None:
         assert_same_result(a, b)
 
 
+@pytest.mark.parametrize("chunk_elems", [1 << 27, 1 << 12])
+def test_product_chunk_size_does_not_change_bits(chunk_elems: int) -> None:
+    """CUDA uses 512 Mi-element product chunks, CPU 0.5 Mi: the bits must not notice."""
+    default = HybridModel(get_config("tiny"), seed=0)
+    resized = HybridModel(get_config("tiny"), seed=0)
+    resized._chunk_elems = chunk_elems
+    items = [cold(default, tokens(37, 45)), cold(default, tokens(38, 1))]
+    for a, b in zip(default.forward(items), resized.forward(items)):
+        assert_same_result(a, b)
+
+
 CAPABILITY_SCRIPT = """
 import hashlib, json, numpy as np, torch
 from replay.engine.config import get_config
