@@ -159,6 +159,14 @@ class ExactMath:
         def const(value: float) -> torch.Tensor:
             return torch.tensor(value, dtype=F32, device=self.device)
 
+        def const_i32(value: int) -> torch.Tensor:
+            return torch.tensor(value, dtype=torch.int32, device=self.device)
+
+        self.exponent_bias = const_i32(127)
+        self.mantissa_bits = const_i32(23)
+        self.rsqrt_magic = const_i32(self.RSQRT_MAGIC)
+        self.one_i32 = const_i32(1)
+        self._values: dict[float, torch.Tensor] = {}
         self.zero = const(0.0)
         self.half = const(0.5)
         self.one = const(1.0)
@@ -175,8 +183,11 @@ class ExactMath:
         self.softplus_linear_above = const(self.SOFTPLUS_LINEAR_ABOVE)
 
     def const(self, value: float) -> torch.Tensor:
-        """A float32 scalar tensor on this device (round-to-nearest of `value`)."""
-        return torch.tensor(value, dtype=F32, device=self.device)
+        """A float32 scalar tensor on this device (round-to-nearest of `value`), made once."""
+        tensor = self._values.get(value)
+        if tensor is None:
+            tensor = self._values[value] = torch.tensor(value, dtype=F32, device=self.device)
+        return tensor
 
     def exp(self, x: torch.Tensor) -> torch.Tensor:
         """e^x within ~2 ulp; 0 for x < -87 (including -inf); saturates at e^88 above 88.
@@ -193,7 +204,7 @@ class ExactMath:
         for c in reversed(self.exp_coeffs[1:-1]):
             p.add_(c).mul_(r)
         p.add_(self.exp_coeffs[0])
-        scale = k.to(torch.int32).add_(127).bitwise_left_shift_(23).view(F32)  # exactly 2^k
+        scale = k.to(torch.int32).add_(self.exponent_bias).bitwise_left_shift_(self.mantissa_bits).view(F32)  # 2^k
         p.mul_(scale)
         return p.masked_fill_(x < self.exp_low, 0.0)
 
@@ -216,7 +227,7 @@ class ExactMath:
 
     def rsqrt(self, x: torch.Tensor) -> torch.Tensor:
         """1/sqrt(x) for positive normal x: bit-trick guess plus fixed Newton steps (~1 ulp)."""
-        y = (self.RSQRT_MAGIC - (x.view(torch.int32) >> 1)).view(F32)
+        y = torch.sub(self.rsqrt_magic, x.view(torch.int32).bitwise_right_shift(self.one_i32)).view(F32)
         half_x = x * self.half
         for _ in range(self.RSQRT_NEWTON_STEPS):
             t = half_x * y
