@@ -1,6 +1,6 @@
 """Float32 arithmetic that gives the same bits on any batch shape, thread count, CPU and CUDA.
 
-Why (docs/engine-model.md, /shared/portable-math.md): BLAS matmuls and built-in reductions or
+Why (docs/engine-model.md): BLAS matmuls and built-in reductions or
 transcendentals change bits with the batch size, the CPU capability and the device. Single IEEE
 operations (+, -, *, /, floor, min/max, integer bit tricks) do not. So everything here is built from
 those alone, one torch op per arithmetic step (no fused multiply-add), with every reduction a
