@@ -58,6 +58,10 @@ def exits_cleanly(fn: F) -> F:
         except GoldenError as exc:
             render.err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
+        except OSError as exc:  # a file or directory the user named cannot be used
+            where = f" {exc.filename}" if exc.filename else ""
+            render.err.print(f"error:{where}: {exc.strerror or exc}", markup=False)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             render.err.print("error: interrupted", markup=False)
             raise typer.Exit(2) from None
@@ -85,9 +89,10 @@ QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar (for CI lo
 ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
 
 
-async def use_api(client: ServerClient, name: str) -> None:
-    """Point the client at the server's API, detecting it when asked to."""
-    client.api = get_api(await detect_api(client) if name == "auto" else name)
+async def use_api(client: ServerClient, name: str, *, reference: bool = False) -> None:
+    """Point the client at the server's API, detecting it when asked to. `reference`: this client
+    records a reference (per-request cache switches off, see get_api)."""
+    client.api = get_api(await detect_api(client) if name == "auto" else name, reference=reference)
 
 
 @app.command("record")
@@ -98,7 +103,8 @@ def record_cmd(
     model: str = ModelOpt,
     log_dir: Path = LogDirOpt,
     scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name (see `golden scenarios`) or a TOML file."),
-    out: Path = typer.Option(..., "--out", help="Golden to write: a NAME.zarr directory."),
+    out: Path = typer.Option(None, "--out", help="Golden to write: a NAME.zarr directory.", show_default=False),
+    update: Path = typer.Option(None, "--update", help="Instead: re-record every golden in this directory, print which changed, replace those (as `golden update DIR`).", show_default=False),
     seed: int = typer.Option(None, "--seed", help="Override the scenario's seed.", show_default=False),
     top_k: int = typer.Option(None, "--top-k", help="Override the scenario's top-k logprobs per position.", show_default=False),
     concurrency: int = ConcurrencyOpt,
@@ -112,6 +118,15 @@ def record_cmd(
     quiet: bool = QuietOpt,
 ) -> None:
     """Record reference outputs of a scenario into a zarr golden (use a cache-disabled server)."""
+    if update is not None:
+        update_cmd.update(directory=update, server=server, launch=launch, model=model,
+                          log_dir=log_dir, server_arg=[], policy="exact", dry_run=False,
+                          report_dir=None, check_determinism=check_determinism,
+                          schedule=schedule, concurrency=concurrency, timeout=timeout,
+                          api_key=api_key, quiet=quiet)
+        return
+    if out is None:
+        raise UsageError("give --out PATH.zarr (or --update DIR to re-record a directory)")
     if check_determinism < 1:
         raise UsageError("--check-determinism must be >= 1")
     check_schedule(schedule)
@@ -126,7 +141,7 @@ def record_cmd(
 
     async def go(url: str) -> Any:
         async with ServerClient(url, client_options(concurrency, timeout, api_key)) as client:
-            await use_api(client, api)
+            await use_api(client, api, reference=True)
             info = await client.server_info()
             if not info.get("disable_radix_cache", False):
                 render.err.print("warning: the server has its radix cache on; a reference should "

@@ -84,6 +84,7 @@ class Journal:
         else:
             path.unlink(missing_ok=True)
         journal = cls(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not path.exists()
         journal._file = open(path, "a", encoding="utf-8")
         if fresh:

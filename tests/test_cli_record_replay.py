@@ -281,3 +281,37 @@ def test_replay_of_one_shard_replays_only_its_groups(golden, tmp_path):
     res, doc = replay(golden, tmp_path, StubConfig(), "--shard", "2/2")
     assert res.exit_code == 0, res.output
     assert {r["id"].split("/")[0] for r in doc["requests"]} == {"g1"}
+
+
+def test_record_update_rerecords_a_directory_and_says_what_changed(golden, tmp_path):
+    import shutil
+    d = tmp_path / "goldens"
+    d.mkdir()
+    shutil.copytree(golden, d / "s.zarr")
+    with StubServer(StubConfig(radix=False)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--update", str(d), "-q"])
+    assert res.exit_code == 0, res.output
+    assert "0 changed" in res.output or "unchanged" in res.output
+
+
+def test_record_needs_an_output(tmp_path):
+    res = runner.invoke(app, ["record", "--server", "http://127.0.0.1:9"])
+    assert res.exit_code == 2 and "--out" in res.output
+
+
+def test_record_into_a_new_directory_creates_it(tmp_path):
+    out = tmp_path / "new" / "dir" / "g.zarr"
+    with StubServer(StubConfig(radix=False)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
+                                  "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    assert out.is_dir()
+
+
+def test_unwritable_report_path_is_a_one_line_error(golden, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with StubServer(StubConfig()) as stub:
+        res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "-q",
+                                  "--report", str(blocker / "r.json")])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "r.json" in res.output
