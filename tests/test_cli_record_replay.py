@@ -291,7 +291,7 @@ def test_record_update_rerecords_a_directory_and_says_what_changed(golden, tmp_p
     with StubServer(StubConfig(radix=False)) as stub:
         res = runner.invoke(app, ["record", "--server", stub.url, "--update", str(d), "-q"])
     assert res.exit_code == 0, res.output
-    assert "0 changed" in res.output or "unchanged" in res.output
+    assert "1 golden(s): 0 changed and replaced, 1 unchanged, 0 error(s)" in res.output
 
 
 def test_record_needs_an_output(tmp_path):
