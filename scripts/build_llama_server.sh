@@ -56,10 +56,12 @@ PY_REQS=(
 )
 
 py_deps_ok() {
+    # metadata only (importing torch/transformers takes seconds)
     "$PY" - <<'EOF' >/dev/null 2>&1
 import importlib.metadata as md, sys
-import transformers, tokenizers, sentencepiece, google.protobuf, safetensors, tqdm, yaml, requests, torch
-sys.exit(0 if transformers.__version__ == "4.57.6" else 1)
+for d in ("tokenizers", "sentencepiece", "protobuf", "safetensors", "tqdm", "pyyaml", "requests", "torch", "numpy"):
+    md.version(d)
+sys.exit(0 if md.version("transformers") == "4.57.6" else 1)
 EOF
 }
 
