@@ -210,6 +210,29 @@ def logprob_rows(resp: dict) -> list[dict]:
     return (lp or {}).get("content", [])
 
 
+def align_rows(tokens: list[int], rows: list[dict]) -> list[dict | None]:
+    """Map each generated token id to its logprob row (None where the server dropped it).
+
+    llama-server only records a token's probabilities when the text generated
+    so far ends in complete UTF-8: a token whose piece is (or ends with) an
+    unfinished multi-byte sequence (byte-fallback tokens <0xE2>..., or
+    byte-level BPE pieces that split a character) gets no row at all, and
+    a stop word's tokens are cut from the end.  So rows are an in-order
+    subsequence of `tokens`, not a positional match.
+    """
+    out: list[dict | None] = []
+    j = 0
+    for t in tokens:
+        if j < len(rows) and rows[j]["id"] == t:
+            out.append(rows[j])
+            j += 1
+        else:
+            out.append(None)
+    if j != len(rows):
+        raise ValueError(f"logprob rows are not a subsequence of tokens: {[r['id'] for r in rows]} vs {tokens}")
+    return out
+
+
 def lp_key(rows: list[dict]) -> list:
     """Bit-level key: ids plus the float32 bits of every (log)prob."""
     def bits(x: float) -> str:
@@ -230,14 +253,22 @@ def float_findings(raw: bytes, resp: dict) -> dict:
         "n_numbers": len(vals),
         "all_exact_float32": all(is_float32(v) for v in vals),
         "max_significant_digits": max(digits) if digits else 0,
-        "examples": texts[:3],
+        "examples": texts[:2],
     }
 
 
 # ------------------------------------------------------------------ capturing
 
+def _scrub(text: str) -> str:
+    """Local cache paths -> ${GOLDEN_LLAMA_CACHE}, so captured files do not depend on the machine."""
+    for c in sorted({str(CACHE.resolve()), str(CACHE)}, key=len, reverse=True):
+        text = text.replace(c, "${GOLDEN_LLAMA_CACHE}")
+    return text
+
+
 def _trim(obj: Any, max_str: int = 300, max_list: int = 8) -> Any:
     if isinstance(obj, str):
+        obj = _scrub(obj)
         return obj if len(obj) <= max_str else obj[:max_str] + f"...<{len(obj) - max_str} chars trimmed>"
     if isinstance(obj, list):
         items = [_trim(x, max_str, max_list) for x in obj[:max_list]]
@@ -249,15 +280,30 @@ def _trim(obj: Any, max_str: int = 300, max_list: int = 8) -> Any:
     return obj
 
 
+def _caller_scenario() -> str:
+    """Name of the probe_* function on the stack (the server configuration in use)."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name.startswith("probe_"):
+            return f.f_code.co_name[len("probe_"):]
+        f = f.f_back
+    return "custom"
+
+
 class Recorder:
     def __init__(self, out_dir: Path | None, model: str):
         self.out_dir = out_dir
         self.model = model
         self.index: dict[str, dict] = {}
+        self.scenario = ""
+        self.servers: dict[str, list[str]] = {}  # scenario -> server args (after -m/--host/--port)
 
     def save(self, case: str, server: LlamaServer, method: str, path: str, body: Any,
              status: int, raw: bytes, *, trim: bool = False, notes: dict | None = None) -> Any:
         name = f"{self.model}__{case}.json"
+        self.scenario = f"{self.model}/{_caller_scenario()}"
+        tmp = tempfile.gettempdir()
+        self.servers[self.scenario] = [re.sub(r"^" + re.escape(tmp) + r"/[^/]+", "<tmpdir>", a) for a in server.extra]
         try:
             parsed = json.loads(raw)
         except json.JSONDecodeError:
@@ -271,7 +317,7 @@ class Recorder:
             (self.out_dir / name).write_bytes(data)
         self.index[name] = {
             "model": self.model, "endpoint": f"{method} {path}", "request": body, "status": status,
-            "raw_bytes": not trim, "server_args": server.extra, **(notes or {}),
+            "raw_bytes": not trim, "server": self.scenario, **(notes or {}),
         }
         return parsed
 
@@ -283,8 +329,12 @@ def _completion(server: LlamaServer, rec: Recorder, case: str, prompt: list[int]
     if status != 200:
         raise RuntimeError(f"/completion {case}: HTTP {status}: {raw[:500]!r}")
     t = resp.get("timings", {})
+    rows = logprob_rows(resp)
     notes = {
         "tokens": resp.get("tokens"),
+        "rows_ids": [r["id"] for r in rows],
+        "tokens_without_row": [t for t, r in zip(resp.get("tokens") or [], align_rows(resp.get("tokens") or [], rows))
+                               if r is None],
         "cache_n": t.get("cache_n"), "prompt_n": t.get("prompt_n"),
         "tokens_cached": resp.get("tokens_cached"), "tokens_evaluated": resp.get("tokens_evaluated"),
         "floats": float_findings(raw, resp),
@@ -300,7 +350,7 @@ def make_prompt(n: int, salt: int = 0) -> list[int]:
 
 def probe_basic(binary: Path, gguf: Path, model: str, rec: Recorder, findings: dict, threads: int) -> None:
     args = ["--ctx-size", "2048", "--parallel", "2", "--cache-ram", "0", "-ngl", "0",
-            "--threads", str(threads), "--threads-batch", str(threads), "--no-webui"]
+            "--threads", str(threads), "--threads-batch", str(threads), "--no-webui", "--alias", model]
     with tempfile.TemporaryDirectory(prefix="llama-slots-") as slot_dir:
         args += ["--slot-save-path", slot_dir + "/"]
         with LlamaServer(binary, gguf, args) as srv:
@@ -352,13 +402,16 @@ def probe_basic(binary: Path, gguf: Path, model: str, rec: Recorder, findings: d
             st, raw = srv.get("/slots")
             rec.save("slots", srv, "GET", "/slots", None, st, raw, trim=True)
 
+            # save the slot that served the last request, restore it into the other one
+            used = r_tk["id_slot"]
+            other = 1 - used
             body = {"filename": "probe-slot.bin"}
-            st, raw = srv.post("/slots/0?action=save", body)
-            rec.save("slot_save", srv, "POST", "/slots/0?action=save", body, st, raw)
-            st, raw = srv.post("/slots/1?action=restore", body)
-            rec.save("slot_restore", srv, "POST", "/slots/1?action=restore", body, st, raw)
-            st, raw = srv.post("/slots/1?action=erase", None)
-            rec.save("slot_erase", srv, "POST", "/slots/1?action=erase", None, st, raw)
+            st, raw = srv.post(f"/slots/{used}?action=save", body)
+            rec.save("slot_save", srv, "POST", f"/slots/{used}?action=save", body, st, raw)
+            st, raw = srv.post(f"/slots/{other}?action=restore", body)
+            rec.save("slot_restore", srv, "POST", f"/slots/{other}?action=restore", body, st, raw)
+            st, raw = srv.post(f"/slots/{other}?action=erase", None)
+            rec.save("slot_erase", srv, "POST", f"/slots/{other}?action=erase", None, st, raw)
 
             findings["greedy_tokens"] = r_nc["tokens"]
             findings["bitwise_equal"] = {
@@ -380,9 +433,10 @@ def probe_basic(binary: Path, gguf: Path, model: str, rec: Recorder, findings: d
             findings["log_cache_lines_basic"] = _log_lines(srv.log_text())
 
 
-def _log_lines(text: str, limit: int = 30) -> list[str]:
-    keep = [ln for ln in text.splitlines()
-            if re.search(r"checkpoint|cache state|prompt cache|restored|cache_n|n_past|memory_seq_rm|sim_best", ln)]
+def _log_lines(text: str, limit: int = 30,
+               pattern: str = r"checkpoint|cache state|prompt cache|restored|n_past|memory_seq_rm|sim_best") -> list[str]:
+    """Server log lines about caching, without the timestamp column."""
+    keep = [re.sub(r"^[0-9.]+ ", "", ln) for ln in text.splitlines() if re.search(pattern, ln)]
     return keep[:limit]
 
 
@@ -391,7 +445,7 @@ def probe_checkpoints(binary: Path, gguf: Path, model: str, rec: Recorder, findi
     args = ["--ctx-size", "2048", "--parallel", "1", "--cache-ram", "0", "-ngl", "0",
             "--threads", str(threads), "--threads-batch", str(threads), "--no-webui",
             "--ctx-checkpoints", "8", "--checkpoint-min-step", "0", "--batch-size", "16", "--ubatch-size", "16",
-            "-lv", "4"]
+            "-lv", "4", "--alias", model]
     with LlamaServer(binary, gguf, args) as srv:
         a = make_prompt(64)
         b = a[:40] + make_prompt(25, salt=5)[1:]
@@ -399,19 +453,27 @@ def probe_checkpoints(binary: Path, gguf: Path, model: str, rec: Recorder, findi
         r_b = _completion(srv, rec, "ckpt_diverge", b, cache_prompt=True)
         r_a2 = _completion(srv, rec, "ckpt_back_to_first", a, cache_prompt=True)
         r_b0 = _completion(srv, rec, "ckpt_diverge_nocache", b, cache_prompt=False)
+        # diverge after the last checkpoint (created 4 tokens before the end of `a`):
+        # a recurrent/hybrid model restores that checkpoint instead of starting over
+        _completion(srv, rec, "ckpt_first_again", a, cache_prompt=True)
+        late = a[:62] + make_prompt(9, salt=7)[1:]
+        r_l = _completion(srv, rec, "ckpt_diverge_late", late, cache_prompt=True)
+        r_l0 = _completion(srv, rec, "ckpt_diverge_late_nocache", late, cache_prompt=False)
         findings["checkpoints"] = {
             "cache_counts": {n: {"cache_n": r["timings"]["cache_n"], "prompt_n": r["timings"]["prompt_n"]}
-                             for n, r in [("first", r_a), ("diverge", r_b), ("back_to_first", r_a2),
-                                          ("diverge_nocache", r_b0)]},
+                             for n, r in [("first", r_a), ("diverge_at_40", r_b), ("back_to_first", r_a2),
+                                          ("diverge_at_40_nocache", r_b0), ("diverge_at_62", r_l),
+                                          ("diverge_at_62_nocache", r_l0)]},
             "diverge_cached_equals_nocache_bitwise": lp_key(logprob_rows(r_b)) == lp_key(logprob_rows(r_b0)),
-            "log": _log_lines(srv.log_text(), 40),
+            "diverge_late_cached_equals_nocache_bitwise": lp_key(logprob_rows(r_l)) == lp_key(logprob_rows(r_l0)),
+            "log": _log_lines(srv.log_text(), 60, r"checkpoint|cached n_tokens"),
         }
 
 
 def probe_cache_ram(binary: Path, gguf: Path, model: str, rec: Recorder, findings: dict, threads: int) -> None:
     """--cache-ram: prompt A, unrelated prompt B on the same (only) slot, then A again."""
     args = ["--ctx-size", "2048", "--parallel", "1", "--cache-ram", "64", "-ngl", "0",
-            "--threads", str(threads), "--threads-batch", str(threads), "--no-webui", "-lv", "4"]
+            "--threads", str(threads), "--threads-batch", str(threads), "--no-webui", "-lv", "4", "--alias", model]
     with LlamaServer(binary, gguf, args) as srv:
         a = make_prompt(64)
         b = make_prompt(64, salt=9)
@@ -422,13 +484,14 @@ def probe_cache_ram(binary: Path, gguf: Path, model: str, rec: Recorder, finding
             "cache_counts": {n: {"cache_n": r["timings"]["cache_n"], "prompt_n": r["timings"]["prompt_n"]}
                              for n, r in [("a", r_a), ("b", r_b), ("a_again", r_a2)]},
             "a_again_equals_a_bitwise": lp_key(logprob_rows(r_a)) == lp_key(logprob_rows(r_a2)),
-            "log": _log_lines(srv.log_text(), 40),
+            "log": _log_lines(srv.log_text(), 40, r"prompt cache|cache state|cached n_tokens|prompt [0-9a-fx]+:|restor|sim_best"),
         }
 
 
 def run(models: list[tuple[str, Path]], binary: Path, out_dir: Path | None, threads: int) -> dict:
     all_findings: dict[str, Any] = {}
     index: dict[str, dict] = {}
+    servers: dict[str, list[str]] = {}
     st = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
     version = (st.stdout + st.stderr).strip()
     for name, gguf in models:
@@ -442,11 +505,26 @@ def run(models: list[tuple[str, Path]], binary: Path, out_dir: Path | None, thre
                 f.setdefault("errors", []).append(f"{fn.__name__}: {type(e).__name__}: {e}"[:2000])
         all_findings[name] = f
         index.update(rec.index)
-    result = {"llama_server_version": version, "binary": str(binary), "findings": all_findings, "files": index}
+        servers.update(rec.servers)
+    result = {"llama_server_version": version, "binary": str(binary),
+              "server_argv": "llama-server -m <gguf> --host 127.0.0.1 --port <free> <servers[...]>",
+              "servers": servers, "findings": all_findings, "files": index}
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "INDEX.json").write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
+        (out_dir / "INDEX.json").write_text(_scrub(_index_json(result)) + "\n")
     return result
+
+
+def _index_json(result: dict) -> str:
+    """Readable but compact: one line per server config and per captured file."""
+    parts = []
+    for k, v in result.items():
+        if k in ("servers", "files"):
+            inner = ",\n".join(f"  {json.dumps(kk)}: {json.dumps(vv, separators=(',', ':'))}" for kk, vv in v.items())
+            parts.append(f" {json.dumps(k)}: {{\n{inner}\n }}")
+        else:
+            parts.append(f" {json.dumps(k)}: " + json.dumps(v, indent=1).replace("\n", "\n "))
+    return "{\n" + ",\n".join(parts) + "\n}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,7 +63,10 @@ def test_greedy_completion_with_token_ids_and_logprobs(model: str) -> None:
     tokens = resp["tokens"]
     assert len(tokens) == N_PREDICT and all(isinstance(t, int) and 0 <= t < 768 for t in tokens)
     rows = resp["completion_probabilities"]
-    assert [r["id"] for r in rows] == tokens
+    # rows are an in-order subsequence of tokens: the server drops the row of a
+    # token that leaves unfinished UTF-8 (see docs/llamacpp-notes.md)
+    aligned = probe.align_rows(tokens, rows)
+    assert rows and sum(r is not None for r in aligned) == len(rows)
     for r in rows:
         assert isinstance(r["logprob"], float) and r["logprob"] <= 0.0 and math.isfinite(r["logprob"])
         assert _f32(r["logprob"])
