@@ -71,7 +71,8 @@ class LLMEngine:
         config = self.model.config
         self.faults = Faults(options.fault)
         self.pool = KVPool(options.max_total_tokens // options.page_size, options.page_size,
-                           config.attn_layers, config.n_kv_heads, config.head_dim, self.model.device)
+                           config.attn_layers, config.n_kv_heads, config.head_dim,
+                           self.model.device)
         self.storage: FileStorage | None = None
         self.cache = None if options.disable_radix_cache else self._make_cache()
         hybrid = config.ssm_layers > 0

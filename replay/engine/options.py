@@ -108,13 +108,14 @@ PROFILES: dict[str, EngineOptions] = {
     "hicache": _HICACHE,
     "hicache-write-back": replace(_HICACHE, hicache_write_policy="write_back"),
     "hicache-layer-first": replace(_HICACHE, hicache_mem_layout="layer_first"),
-    # A host pool of 16 pages, smaller than the device pool, so evicted pages go on to storage.
-    "hicache-storage": replace(_HICACHE, hicache_ratio=0.5, hicache_storage_backend="file"),
+    # A host pool of 32 pages (the tree needs ~105), so host-evicted pages go on to storage and
+    # later hits come from device, host and storage.
+    "hicache-storage": replace(_HICACHE, hicache_ratio=1.0, hicache_storage_backend="file"),
 }
 
 
 def profile_options(name: str, **overrides: Any) -> EngineOptions:
-    """A profile with some fields replaced (None values are ignored, so CLI defaults pass through)."""
+    """A profile with some fields replaced (None values are ignored: unset CLI flags)."""
     if name not in PROFILES:
         raise ValueError(f"unknown engine profile {name!r} (choose from {', '.join(PROFILES)})")
     known = {f.name for f in fields(EngineOptions)}

@@ -150,9 +150,10 @@ class RadixCache:
             self.pool.write_pages([page], torch.from_numpy(self.storage.load(node.hash))[None])
         for node, page in zip(from_host + from_storage, pages):
             node.page = page
-            node.ssm = self._lower_tier_checkpoint(node)
             self._device.add(node)
         for node in match.nodes:
+            if node.ssm is None:  # loaded, or revived on the device without its checkpoint
+                node.ssm = self._lower_tier_checkpoint(node)
             node.hits += 1
             self._touch(node)
         self._backup([n for n in match.nodes if backup_on_hit(self.write_policy, n.hits)])

@@ -53,8 +53,8 @@ class StepOutput:
 
 
 class Scheduler:
-    def __init__(self, pool: KVPool, cache: RadixCache | None, *, empty_ssm: Callable[[], list[SSMState]],
-                 chunked_prefill_size: int, max_running: int, track_interval: int | None,
+    def __init__(self, pool: KVPool, cache: RadixCache | None, *,
+                 empty_ssm: Callable[[], list[SSMState]], chunked_prefill_size: int, max_running: int, track_interval: int | None,
                  overlap: bool, faults: Faults, on_finish: Callable[[Sequence], None]) -> None:
         self.pool = pool
         self.cache = cache
@@ -120,7 +120,8 @@ class Scheduler:
                     self.cache.unlock(match.last)
                     return
                 seq.cached, state = self.cache.load(match)
-                seq.pages = [n.page for n in match.nodes] + self.cache.alloc(pages - len(match.nodes))
+                own = self.cache.alloc(pages - len(match.nodes))
+                seq.pages = [n.page for n in match.nodes] + own
                 seq.tree_pages = set(seq.pages[:len(match.nodes)])
                 seq.cache_node = match.last
                 seq.scheduled = match.length

@@ -9,9 +9,12 @@ when the following step runs.
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from replay.engine.model import SSMState
+    from replay.engine.radix_cache import Node
 
 
 class SeqState(enum.Enum):
@@ -41,20 +44,19 @@ class Sequence:
     max_new_tokens: int
     top_logprobs_num: int = 0
     state: SeqState = SeqState.WAITING
-    arrival: float = field(default_factory=time.monotonic)
     error: str | None = None  # set when the engine failed the request
     # Scheduler side.
     scheduled: int = 0  # positions whose forward has been scheduled (cached ones included)
     pages: list[int] = field(default_factory=list)  # page i holds positions [i*P, (i+1)*P)
-    tree_pages: set[int] = field(default_factory=set)  # pages the radix cache owns (not freed by us)
-    cache_node: Any = None  # deepest radix node this sequence locks
+    tree_pages: set[int] = field(default_factory=set)  # pages the radix cache owns (not ours to free)
+    cache_node: Node | None = None  # deepest radix node this sequence locks
     cached: CachedTokens = field(default_factory=CachedTokens)
-    checkpoints: dict[int, list[Any]] = field(default_factory=dict)  # position -> SSM states
+    checkpoints: dict[int, list[SSMState]] = field(default_factory=dict)  # position -> states
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top: list[tuple[list[int], list[float]]] = field(default_factory=list)
     # Forward-worker side.
-    ssm: list[Any] | None = None  # live SSM state after the last computed position
+    ssm: list[SSMState] | None = None  # live SSM state after the last computed position
     next_input: int | None = None  # the greedy token the next decode step feeds
 
     @property

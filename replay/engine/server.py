@@ -70,7 +70,7 @@ def _sampling(params: Any) -> int:
         raise BadRequest(f"unsupported sampling_params {', '.join(unknown)} "
                          f"(the embedded engine takes {', '.join(SAMPLING_KEYS)})")
     temperature = params.get("temperature", 0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != 0:
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature:
         raise BadRequest("temperature must be 0: the embedded engine decodes greedily")
     if not isinstance(params.get("ignore_eos", True), bool):
         raise BadRequest("ignore_eos must be a boolean")
@@ -169,7 +169,8 @@ class EngineApp:
         failed = [s.error for s in seqs if s.error]
         if failed:
             return _error(500, failed[0])
-        outputs = [self._response(s, a, time.monotonic() - received) for s, a in zip(seqs, requests)]
+        latency = time.monotonic() - received
+        outputs = [self._response(s, a, latency) for s, a in zip(seqs, requests)]
         return web.json_response(outputs if batched else outputs[0])
 
     def _response(self, seq: Sequence, args: GenerateArgs, latency: float) -> dict[str, Any]:
