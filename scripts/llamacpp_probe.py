@@ -402,6 +402,17 @@ def probe_basic(binary: Path, gguf: Path, model: str, rec: Recorder, findings: d
             st, raw = srv.get("/slots")
             rec.save("slots", srv, "GET", "/slots", None, st, raw, trim=True)
 
+            # error shapes: out-of-vocab token id; prompt longer than the slot context
+            body = {"prompt": [1, 5, 99999], "n_predict": 2, **GREEDY}
+            st, raw = srv.post("/completion", body)
+            rec.save("error_bad_token", srv, "POST", "/completion", body, st, raw)
+            body = {"prompt": make_prompt(1100), "n_predict": 2, **GREEDY}
+            st, raw = srv.post("/completion", body)
+            rec.save("error_too_long", srv, "POST", "/completion", body, st, raw)
+            body = {"prompt": [1, 5, 99999], "max_tokens": 2, "logprobs": 5, "temperature": 0.0}
+            st, raw = srv.post("/v1/completions", body)
+            rec.save("v1_error_bad_token", srv, "POST", "/v1/completions", body, st, raw)
+
             # save the slot that served the last request, restore it into the other one
             used = r_tk["id_slot"]
             other = 1 - used

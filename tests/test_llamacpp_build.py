@@ -24,10 +24,11 @@ sys.modules.setdefault("llamacpp_probe", probe)
 _spec.loader.exec_module(probe)
 
 SERVER = probe.find_server()
-pytestmark = pytest.mark.skipif(
+needs_server = pytest.mark.skipif(
     SERVER is None,
     reason=f"llama-server not built (looked in {probe.CACHE}); build it with: bash scripts/build_llama_server.sh",
 )
+DATA = REPO / "tests" / "data" / "llamacpp"
 
 N_PREDICT = 4
 N_PROBS = 3
@@ -37,6 +38,7 @@ def _f32(x: float) -> bool:
     return struct.unpack("<f", struct.pack("<f", x))[0] == x
 
 
+@needs_server
 @pytest.mark.parametrize("model", probe.MODELS)
 def test_greedy_completion_with_token_ids_and_logprobs(model: str) -> None:
     gguf = probe.model_path(model)
@@ -80,3 +82,36 @@ def test_greedy_completion_with_token_ids_and_logprobs(model: str) -> None:
     # the OpenAI-style endpoint carries the same rows under choices[0].logprobs.content
     assert probe.lp_key(oai["choices"][0]["logprobs"]["content"]) == probe.lp_key(rows)
     assert resp["timings"]["prompt_n"] + resp["timings"]["cache_n"] == len(prompt)
+
+
+def _completion_fixtures() -> list[Path]:
+    index = json.loads((DATA / "INDEX.json").read_text())
+    return [DATA / name for name, meta in index["files"].items()
+            if meta["status"] == 200 and meta["endpoint"] in ("POST /completion", "POST /v1/completions")]
+
+
+def test_captured_fixtures_are_self_consistent() -> None:
+    """The committed captures (scripts/llamacpp_probe.py) have the shape docs/llamacpp-notes.md describes."""
+    files = _completion_fixtures()
+    assert len(files) >= 3 * 15
+    index = json.loads((DATA / "INDEX.json").read_text())["files"]
+    for path in files:
+        raw = path.read_bytes()
+        resp = json.loads(raw)
+        meta = index[path.name]
+        rows = probe.logprob_rows(resp)
+        assert rows, path.name
+        if "choices" in resp:  # /v1/completions
+            assert resp["usage"]["prompt_tokens"] == len(meta["request"]["prompt"])
+            continue
+        post = meta["request"].get("post_sampling_probs", False)
+        key, top_key = ("prob", "top_probs") if post else ("logprob", "top_logprobs")
+        assert len(resp["tokens"]) == resp["tokens_predicted"], path.name
+        probe.align_rows(resp["tokens"], rows)  # raises if rows are not a subsequence
+        t = resp["timings"]
+        assert t["cache_n"] + t["prompt_n"] == resp["tokens_evaluated"] == len(meta["request"]["prompt"]), path.name
+        for r in rows:
+            assert _f32(r[key]) and all(_f32(c[key]) for c in r[top_key]), path.name
+            assert bytes(r["bytes"]).decode("utf-8", "replace") == r["token"] or "\ufffd" in r["token"] or r["token"] == ""
+        for text in probe.number_texts(raw):
+            assert _f32(float(text)), (path.name, text)
