@@ -287,6 +287,7 @@ def make_model(name: str, force: bool, lines: list[str]) -> Path:
                 return gguf_path
         except json.JSONDecodeError:
             pass
+    _converter()  # fail early (before the slow HF part) when llama.cpp is not unpacked yet
     hf_dir = out_dir / f"{name}-hf"
     log(f"building {name} in {hf_dir}")
     build_hf_model(name, hf_dir, lines)
