@@ -86,6 +86,8 @@ class LLMEngine:
         )
         self._callbacks: dict[Sequence, OnFinish] = {}
         self._inbox: queue.Queue = queue.Queue()
+        self._post_lock = threading.Lock()  # nothing is posted after "stop"
+        self._stopped = False
         self._worker = ThreadPoolExecutor(1, "engine-forward") if options.overlap else None
         self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
         self._thread.start()
@@ -130,7 +132,7 @@ class LLMEngine:
         (seq.error is set if the engine failed)."""
         self.check(input_ids, max_new_tokens)
         seq = Sequence(uuid.uuid4().hex, list(input_ids), max_new_tokens, top_logprobs_num)
-        self._inbox.put(("add", seq, on_finish))
+        self._post("add", seq, on_finish)
         return seq
 
     def generate(self, input_ids: list[int], max_new_tokens: int,
@@ -145,20 +147,28 @@ class LLMEngine:
         """Ask the engine thread to empty every cache tier; the future fails with EngineBusy
         while requests are running or waiting (SGLang refuses too)."""
         result: Future = Future()
-        self._inbox.put(("flush", result, None))
+        self._post("flush", result)
         return result
 
     def flush_cache(self) -> None:
         self.request_flush().result()
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._inbox.put(("stop", None, None))
-            self._thread.join()
+        with self._post_lock:
+            if not self._stopped:
+                self._stopped = True
+                self._inbox.put(("stop", None, None))
+        self._thread.join()
         if self._worker is not None:
             self._worker.shutdown(wait=True)
         if self.storage is not None:
             self.storage.close()
+
+    def _post(self, kind: str, payload: object, callback: OnFinish | None = None) -> None:
+        with self._post_lock:
+            if self._stopped:
+                raise RuntimeError("the engine is stopped")
+            self._inbox.put((kind, payload, callback))
 
     # -- the loop (engine thread) --------------------------------------------------------------
 
@@ -190,7 +200,7 @@ class LLMEngine:
     def _drain_inbox(self, block: bool) -> bool:
         """Take new requests and commands; False when told to stop."""
         try:
-            message = self._inbox.get(timeout=None if block else 0)
+            message = self._inbox.get(block=block)
         except queue.Empty:
             return True
         while True:

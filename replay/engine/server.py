@@ -165,7 +165,10 @@ class EngineApp:
                 self.engine.check(args.input_ids, args.max_new_tokens)
         except ValueError as exc:  # BadRequest, the engine's checks, and bad JSON
             return _error(400, str(exc))
-        seqs = await self._run(requests)
+        try:
+            seqs = await self._run(requests)
+        except RuntimeError as exc:  # shutting down: nothing was run
+            return _error(503, str(exc))
         failed = [s.error for s in seqs if s.error]
         if failed:
             return _error(500, failed[0])
