@@ -87,8 +87,8 @@ class EngineOptions:
 
 # The hicache shape: pages of 64 tokens (two per 128-token track interval) and a device pool of
 # 2048 tokens (32 pages). A 3x3 branching run (512-token prefixes, 64-token forks, 2 turns of +32,
-# 160 new tokens) needs 12-18 pages per request, so the tree cannot stay on the device: later
-# turns load most of their prefix back from host (measured numbers: docs/engine.md).
+# 160 new tokens) needs 12-18 pages per request, so the tree cannot stay on the device: turns 1
+# and 2 load about half of their reused pages back from host (measured: docs/engine.md).
 _HICACHE = EngineOptions(
     page_size=64,
     max_total_tokens=2048,
@@ -101,7 +101,7 @@ _HICACHE = EngineOptions(
 )
 
 PROFILES: dict[str, EngineOptions] = {
-    # What goldens are recorded with: every request computed from scratch, one step at a time.
+    # What goldens are recorded with: no prefix cache, no overlap scheduling.
     "reference": EngineOptions(disable_radix_cache=True, disable_overlap_schedule=True),
     # Device radix cache only (SGLang's default serving shape).
     "radix": EngineOptions(page_size=64, max_total_tokens=8192),
