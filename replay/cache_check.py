@@ -6,7 +6,11 @@ output length; its input starts with those `history + output` tokens (sglang-pro
   `history + output - 1`, or `floor((history + output - 1) / P) * P`;
 - `mamba:I` (hybrid model, SSM states tracked every I tokens):
   cached_tokens >= floor((history + output - 1) / I) * I;
+- `any`: cached_tokens >= 1 (some prefix was reused), for caches that are not page-based and
+  whose hit length depends on slot assignment (llama.cpp);
 - `none`: no expectation (e.g. replaying against another cache-disabled server).
+`auto` reads the server's settings; an API adapter that knows its server's cache better may name
+the rule itself in server_info["expect_cache_auto"] (`none` or `any`).
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 """
@@ -25,7 +29,7 @@ HYBRID_MARKERS = ("mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "q
 
 @dataclass(frozen=True)
 class CacheExpectation:
-    kind: str  # "none" | "attention" | "mamba"
+    kind: str  # "none" | "any" | "attention" | "mamba"
     page_size: int = 1
     interval: int = 1
 
@@ -34,7 +38,7 @@ class CacheExpectation:
             return f"mamba:{self.interval}"
         if self.kind == "attention":
             return f"attention(page={self.page_size})"
-        return "none"
+        return "any" if self.kind == "any" else "none"
 
     def minimum(self, history: int, output: int) -> int:
         span = history + output
@@ -42,6 +46,8 @@ class CacheExpectation:
             return min(span - 1, (span - 1) // self.page_size * self.page_size)
         if self.kind == "mamba":
             return (span - 1) // self.interval * self.interval
+        if self.kind == "any":
+            return 1
         return 0
 
     def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int) -> str | None:
@@ -50,6 +56,8 @@ class CacheExpectation:
             return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
         if self.kind == "none" or turn == 0:
             return None
+        if self.kind == "any":
+            return None if cached >= 1 else "cached_tokens 0: no prefix was reused"
         span = history + output
         if self.kind == "attention":
             allowed = {span, span - 1, (span - 1) // self.page_size * self.page_size}
@@ -63,12 +71,13 @@ class CacheExpectation:
 
 
 def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
-    """`auto`, `none`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from server_info)."""
+    """`auto`, `none`, `any`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from
+    server_info)."""
     page = _positive(server_info.get("page_size"), 1)
     if text == "auto":
         return auto_expectation(server_info, model_info)
-    if text == "none":
-        return CacheExpectation("none")
+    if text in ("none", "any"):
+        return CacheExpectation(text)
     if text == "attention":
         return CacheExpectation("attention", page_size=page)
     kind, _, arg = text.partition(":")
@@ -82,13 +91,16 @@ def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[s
         if interval <= 0:
             raise UsageError(f"invalid --expect-cache {text!r}: give mamba:INTERVAL with INTERVAL > 0")
         return CacheExpectation("mamba", page_size=page, interval=interval)
-    raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, attention or mamba:INTERVAL")
+    raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, any, attention or mamba:INTERVAL")
 
 
 def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
     """Derive the expectation from what the server reports about itself."""
     if server_info.get("disable_radix_cache"):
         return CacheExpectation("none")
+    suggested = server_info.get("expect_cache_auto")
+    if suggested in ("none", "any"):
+        return CacheExpectation(suggested)
     page = _positive(server_info.get("page_size"), 1)
     described = " ".join(
         str(x).lower()

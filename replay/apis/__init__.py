@@ -46,7 +46,10 @@ class Api(Protocol):
 API_NAMES = ("sglang", "openai", "llamacpp")
 
 
-def get_api(name: str) -> Api:
+def get_api(name: str, *, reference: bool = False) -> Api:
+    """The adapter for `name`. `reference` is true when recording a reference: adapters whose
+    server takes a per-request cache switch (llama.cpp's `cache_prompt`) then turn reuse off, so
+    the reference is cache-free whatever the server's flags (docs/apis.md)."""
     if name == "sglang":
         from replay.apis.sglang import SGLangApi
 
@@ -54,11 +57,11 @@ def get_api(name: str) -> Api:
     if name == "openai":
         from replay.apis.openai import OpenAIApi
 
-        return OpenAIApi()
+        return OpenAIApi(reference=reference)
     if name == "llamacpp":
         from replay.apis.llamacpp import LlamaCppApi
 
-        return LlamaCppApi()
+        return LlamaCppApi(cache_prompt=not reference)
     raise UsageError(f"unknown --api {name!r} (choose from auto, {', '.join(API_NAMES)})")
 
 
