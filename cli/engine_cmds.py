@@ -40,9 +40,15 @@ def serve(
     device: str = typer.Option(None, "--device", help="cpu | cuda (default cpu).", show_default=False),
     model: str = typer.Option(None, "--model", help="Model config: tiny (default), small, medium.", show_default=False),
     seed: int = typer.Option(None, "--seed", help="Weight seed (default 0).", show_default=False),
+    threads: int = typer.Option(1, "--threads", help="torch CPU threads (1 is fastest for this model; bits never depend on it)."),
 ) -> None:
     """Serve the embedded reference engine over SGLang's protocol until Ctrl-C."""
+    if threads < 1:
+        raise UsageError("--threads must be >= 1")
     _, server, _ = engine_modules()
+    import torch
+
+    torch.set_num_threads(threads)
     opts = engine_options(profile, host=host, port=port, fault=fault, device=device, model=model, seed=seed)
     try:
         server.serve(opts)

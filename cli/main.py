@@ -179,7 +179,7 @@ def replay_cmd(
     policy: str = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N."),
     repeat: int = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache)."),
     schedule: str = ScheduleOpt,
-    expect_cache: str = typer.Option("auto", "--expect-cache", help="auto | none | attention | mamba:INTERVAL."),
+    expect_cache: str = typer.Option("auto", "--expect-cache", help="auto | none | any | attention | mamba:INTERVAL (docs/report.md)."),
     require_tier: str = typer.Option(None, "--require-tier", help="Fail unless some hits came from this tier: host | storage.", show_default=False),
     allow_model_mismatch: bool = typer.Option(False, "--allow-model-mismatch", help="Replay even if the server's model differs from the golden's."),
     concurrency: int = ConcurrencyOpt,

@@ -1,9 +1,14 @@
-"""Detection matrix at full size: record a preset on the `reference` engine, replay it on the
-cached profile with each fault (must fail, only on cached requests), and replay every preset N
-times with no fault (must all pass). Prints Markdown tables for docs/faults.md.
+"""Detection matrix at full size, on committed goldens (recorded on the `reference` engine).
 
-Usage: python3 scripts/detection_matrix.py [--scenario hicache-branching] [--repeats 20]
-       [--presets hicache-branching single deep wide] [--model tiny] [--device cpu]
+  faults:  replay a golden on the cached profile with each fault: must fail, and only on
+           requests that were served from the cache;
+  repeats: replay a golden N times with no fault: every repeat must pass (no false positives).
+
+Prints Markdown table rows for docs/faults.md. Several `repeats` runs of one golden can run in
+parallel processes and be added up (scripts/h200_detection.sh does that on a 16-core machine).
+
+Usage: python3 scripts/detection_matrix.py faults  [--golden goldens/hicache-branching.zarr]
+       python3 scripts/detection_matrix.py repeats --golden goldens/wide.zarr --repeats 20
 """
 
 from __future__ import annotations
@@ -13,46 +18,54 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay.engine.config import get_config  # noqa: E402
-from replay.engine.detection import judge_fault, profile_for, record_reference, replay_report  # noqa: E402
+from replay.engine.detection import judge_fault, profile_for, replay_report  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
 from replay.engine.model import HybridModel  # noqa: E402
-from replay.scenario import PRESETS  # noqa: E402
+from replay.golden_store import read_golden  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="hicache-branching")
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--presets", nargs="*", default=list(PRESETS))
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--device", default="cpu")
-    args = ap.parse_args()
-    model = HybridModel(get_config(args.model), 0, args.device)
-
-    t = time.perf_counter()
-    golden = record_reference(PRESETS[args.scenario], model)
-    print(f"recorded {args.scenario} in {time.perf_counter() - t:.0f} s\n", flush=True)
-    print("| fault | profile | verdict | failing requests | statuses | failing without a cache hit |")
-    print("| --- | --- | --- | --- | --- | --- |")
+def faults(golden_path: Path, model: HybridModel) -> None:
+    golden = read_golden(golden_path)
+    print("| fault | profile | verdict | failing requests | statuses | failing without a cache hit | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for fault in FAULTS:
+        t = time.perf_counter()
         profile = profile_for(fault)
         o = judge_fault(fault, profile, replay_report(golden, model, profile, fault))
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(o.statuses.items()))
         print(f"| {fault} | {profile} | {o.verdict} | {len(o.failing)} / {len(golden.requests)} | "
-              f"{statuses} | {len(o.cold_failures)} |", flush=True)
+              f"{statuses} | {len(o.cold_failures)} | {time.perf_counter() - t:.0f} |", flush=True)
 
-    print("\n| preset | profile | repeats | verdict | repeats failed | hit lengths |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name in args.presets:
-        g = golden if name == args.scenario else record_reference(PRESETS[name], model)
-        r = replay_report(g, model, "hicache", repeat=args.repeats)
-        s = r["summary"]
-        hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
-        print(f"| {name} | hicache | {args.repeats} | {r['verdict']} | {s['repeats_failed']} | "
-              f"{hits} |", flush=True)
+
+def repeats(golden_path: Path, model: HybridModel, n: int, profile: str) -> None:
+    t = time.perf_counter()
+    r = replay_report(read_golden(golden_path), model, profile, repeat=n)
+    s = r["summary"]
+    hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
+    tiers = ", ".join(f"{k} {v}" for k, v in sorted(s["cached_tokens_by_tier"].items()))
+    print(f"| {golden_path.stem} | {profile} | {n} | {r['verdict']} | {s['repeats_failed']} | "
+          f"{s['tokens_compared']} | {hits} | {tiers} | {time.perf_counter() - t:.0f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["faults", "repeats"])
+    ap.add_argument("--golden", type=Path, default=Path("goldens/hicache-branching.zarr"))
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--profile", default="hicache")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # one engine per core; several runs can share a machine
+    model = HybridModel(get_config("tiny"), 0, args.device)
+    if args.what == "faults":
+        faults(args.golden, model)
+    else:
+        repeats(args.golden, model, args.repeats, args.profile)
 
 
 if __name__ == "__main__":

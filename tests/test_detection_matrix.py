@@ -12,6 +12,9 @@ from replay.scenario import ScenarioSpec
 # 2 groups x 2 branches x 3 turns; 144 new tokens cross the 128-token track boundary in turn 0.
 MINI = ScenarioSpec(name="mini-branching", groups=2, branches=2, prefix_len=128, suffix_len=32,
                     turns=2, turn_suffix_len=16, max_new_tokens=144, top_k=5)
+# The profiles' device pools are sized for hicache-branching; a pool this small makes the mini
+# scenario's pages travel to host and back too.
+POOL = {"max_total_tokens": 768}
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +28,16 @@ def golden(model):
 
 
 def test_clean_cached_replay_passes_twice_in_a_row(golden, model):
-    report = replay_report(golden, model, "hicache", repeat=2)
+    report = replay_report(golden, model, "hicache", repeat=2, **POOL)
     assert report["verdict"] == "pass", report["summary"]
     hits = {int(k) for k in report["summary"]["cache_hit_lengths"]}
     assert max(hits) >= 256  # turn >= 1 requests were really served from the cache
+    assert report["summary"]["cached_tokens_by_tier"].get("host", 0) > 0
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_fault_is_caught_only_on_cached_requests(golden, model, fault):
     profile = profile_for(fault)
-    outcome = judge_fault(fault, profile, replay_report(golden, model, profile, fault))
+    outcome = judge_fault(fault, profile, replay_report(golden, model, profile, fault, **POOL))
     assert outcome.caught, f"{fault} was not caught"
     assert outcome.placed, f"{fault} failed requests with no cache hit: {outcome.cold_failures}"

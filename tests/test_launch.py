@@ -67,7 +67,9 @@ def render_builtin(name: str, **kw):
 
 
 def test_every_builtin_profile_is_listed():
-    assert set(builtin_profile_names()) == set(EXPECTED_SGLANG_ARGV) | {f"embedded-{p}" for p in EMBEDDED}
+    llamacpp = {"llamacpp-reference", "llamacpp-cached"}
+    assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp
+                                            | {f"embedded-{p}" for p in EMBEDDED})
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SGLANG_ARGV))

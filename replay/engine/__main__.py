@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
+
 from replay.engine.faults import FAULTS
 from replay.engine.options import PROFILES, profile_options
 from replay.engine.server import serve
@@ -20,7 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="torch device for the model and KV pool (default cpu)")
     parser.add_argument("--model", help="model config name (default tiny)")
     parser.add_argument("--seed", type=int, help="weight seed (default 0)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: the model's many small ops run "
+                             "fastest on one thread; the bits never depend on it)")
     args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    torch.set_num_threads(args.threads)
     try:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
                                   device=args.device, model=args.model, seed=args.seed)

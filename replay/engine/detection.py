@@ -45,8 +45,11 @@ def record_reference(spec: ScenarioSpec, model: HybridModel) -> Golden:
 
 
 def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str | None = None,
-                  repeat: int = 1) -> dict[str, Any]:
-    options = profile_options(profile, fault=fault, model=model.config.name, seed=model.seed)
+                  repeat: int = 1, **overrides: Any) -> dict[str, Any]:
+    """`overrides` replace profile settings (e.g. a smaller `max_total_tokens` for a small
+    scenario, so that pages still travel to host and back)."""
+    options = profile_options(profile, fault=fault, model=model.config.name, seed=model.seed,
+                              **overrides)
 
     async def go() -> dict[str, Any]:
         async with ServerClient(server.url, CLIENT) as client:
