@@ -43,21 +43,23 @@ class Completion:
     prompt_tokens: int | None = None
 
 
-def _fail(request_id: str, what: str) -> MalformedResponse:
+def malformed(request_id: str, what: str) -> MalformedResponse:
+    """The one-line error for a response that breaks the protocol, naming the request."""
     return MalformedResponse(f"request {request_id}: malformed response: {what}")
 
 
 def _number(value: Any, request_id: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(request_id, f"{where} is {value!r}, not a number")
+        raise malformed(request_id, f"{where} is {value!r}, not a number")
     return float(value)
 
 
-def _token(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
+def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
+    """An int in [0, vocab_size), else MalformedResponse."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(request_id, f"{where} is {value!r}, not a token id")
+        raise malformed(request_id, f"{where} is {value!r}, not a token id")
     if value < 0 or (vocab_size is not None and value >= vocab_size):
-        raise _fail(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
+        raise malformed(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
     return value
 
 
@@ -65,10 +67,10 @@ def _count(meta: dict[str, Any], key: str, request_id: str, required: bool) -> i
     value = meta.get(key)
     if value is None:
         if required:
-            raise _fail(request_id, f"meta_info.{key} is missing")
+            raise malformed(request_id, f"meta_info.{key} is missing")
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(request_id, f"meta_info.{key} is {value!r}, not a count")
+        raise malformed(request_id, f"meta_info.{key} is {value!r}, not a count")
     return value
 
 
@@ -82,25 +84,25 @@ def parse_completion(
 ) -> Completion:
     """Validate and convert one /generate response object."""
     if not isinstance(obj, dict):
-        raise _fail(request_id, f"expected a JSON object, got {type(obj).__name__}")
+        raise malformed(request_id, f"expected a JSON object, got {type(obj).__name__}")
     meta = obj.get("meta_info")
     if not isinstance(meta, dict):
-        raise _fail(request_id, "meta_info is missing")
+        raise malformed(request_id, "meta_info is missing")
     ids_raw = obj.get("output_ids")
     if not isinstance(ids_raw, list):
-        raise _fail(request_id, "output_ids is missing")
+        raise malformed(request_id, "output_ids is missing")
     n = len(ids_raw)
     output_ids = np.array(
-        [_token(t, request_id, f"output_ids[{i}]", vocab_size) for i, t in enumerate(ids_raw)],
+        [token_id(t, request_id, f"output_ids[{i}]", vocab_size) for i, t in enumerate(ids_raw)],
         dtype=np.int32,
     )
     if n != max_new_tokens:
-        raise _fail(request_id, f"{n} output tokens, expected exactly {max_new_tokens} (ignore_eos)")
+        raise malformed(request_id, f"{n} output tokens, expected exactly {max_new_tokens} (ignore_eos)")
 
     token_lps = meta.get("output_token_logprobs")
     if not isinstance(token_lps, list) or len(token_lps) != n:
         got = len(token_lps) if isinstance(token_lps, list) else token_lps
-        raise _fail(request_id, f"output_token_logprobs has {got!r} entries for {n} output ids")
+        raise malformed(request_id, f"output_token_logprobs has {got!r} entries for {n} output ids")
     logprobs = _fast_token_logprobs(token_lps, output_ids, vocab_size)
     if logprobs is None:  # something is off: the slow path names it
         logprobs = _checked_token_logprobs(token_lps, output_ids, request_id, vocab_size)
@@ -110,19 +112,19 @@ def parse_completion(
         rows = meta.get("output_top_logprobs")
         if not isinstance(rows, list) or len(rows) != n:
             got = len(rows) if isinstance(rows, list) else rows
-            raise _fail(request_id, f"output_top_logprobs has {got!r} rows for {n} output ids")
+            raise malformed(request_id, f"output_top_logprobs has {got!r} rows for {n} output ids")
         fast = _fast_top(rows, top_k, vocab_size)
         top_ids, top_lps = fast if fast else _checked_top(rows, request_id, top_k, vocab_size)
 
     finish = meta.get("finish_reason")
     finish_type = finish.get("type") if isinstance(finish, dict) else finish
     if not isinstance(finish_type, str):
-        raise _fail(request_id, f"finish_reason is {finish!r}")
+        raise malformed(request_id, f"finish_reason is {finish!r}")
 
     cached = _count(meta, "cached_tokens", request_id, required=True)
     details_raw = meta.get("cached_tokens_details") or {}
     if not isinstance(details_raw, dict):
-        raise _fail(request_id, f"cached_tokens_details is {details_raw!r}")
+        raise malformed(request_id, f"cached_tokens_details is {details_raw!r}")
     details = {
         k: int(v) for k, v in details_raw.items()
         if isinstance(v, int) and not isinstance(v, bool)
@@ -145,11 +147,11 @@ def _checked_token_logprobs(
     logprobs = np.empty(len(entries), dtype=np.float64)
     for i, entry in enumerate(entries):
         if not isinstance(entry, list) or len(entry) < 2:
-            raise _fail(request_id, f"output_token_logprobs[{i}] is {entry!r}")
+            raise malformed(request_id, f"output_token_logprobs[{i}] is {entry!r}")
         logprobs[i] = _number(entry[0], request_id, f"output_token_logprobs[{i}][0]")
-        tok = _token(entry[1], request_id, f"output_token_logprobs[{i}][1]", vocab_size)
+        tok = token_id(entry[1], request_id, f"output_token_logprobs[{i}][1]", vocab_size)
         if tok != output_ids[i]:
-            raise _fail(request_id, f"output_token_logprobs[{i}] names token {tok}, output_ids has {output_ids[i]}")
+            raise malformed(request_id, f"output_token_logprobs[{i}] names token {tok}, output_ids has {output_ids[i]}")
     return logprobs
 
 
@@ -206,14 +208,14 @@ def _checked_top(
         if row is None:
             continue
         if not isinstance(row, list) or len(row) > k:
-            raise _fail(request_id, f"output_top_logprobs[{i}] is not a list of at most {k} entries")
+            raise malformed(request_id, f"output_top_logprobs[{i}] is not a list of at most {k} entries")
         seen: set[int] = set()
         for j, entry in enumerate(row):
             if not isinstance(entry, list) or len(entry) < 2:
-                raise _fail(request_id, f"output_top_logprobs[{i}][{j}] is {entry!r}")
-            tok = _token(entry[1], request_id, f"output_top_logprobs[{i}][{j}][1]", vocab_size)
+                raise malformed(request_id, f"output_top_logprobs[{i}][{j}] is {entry!r}")
+            tok = token_id(entry[1], request_id, f"output_top_logprobs[{i}][{j}][1]", vocab_size)
             if tok in seen:
-                raise _fail(request_id, f"output_top_logprobs[{i}] lists token {tok} twice")
+                raise malformed(request_id, f"output_top_logprobs[{i}] lists token {tok} twice")
             seen.add(tok)
             ids[i, j] = tok
             vals[i, j] = _number(entry[0], request_id, f"output_top_logprobs[{i}][{j}][0]")

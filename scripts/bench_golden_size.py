@@ -13,6 +13,7 @@ helps both formats. The JSON side is generous to JSON: it carries no input token
 "text", while the golden also stores every input token and all metadata.
 
     python scripts/bench_golden_size.py [--scenario hicache-branching] [--top-k 5] [--seed 0]
+    python scripts/bench_golden_size.py --golden goldens/hicache-branching.zarr   # a real one
 """
 
 from __future__ import annotations
@@ -101,9 +102,12 @@ def main() -> None:
     ap.add_argument("--scenario", default="hicache-branching")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--golden", type=Path, help="measure a real golden instead of synthetic outputs")
     args = ap.parse_args()
 
-    golden = build_golden(args.scenario, args.top_k, args.seed)
+    golden = read_golden(args.golden) if args.golden else build_golden(args.scenario, args.top_k, args.seed)
+    if args.golden:
+        args.scenario = f"{golden.scenario['name']} (real recording {args.golden})"
     tokens = sum(len(r.output_ids) for r in golden.requests)
     prompt_lens = [len(golden.input_ids(i)) for i in range(len(golden.requests))]
     raw = sglang_json(golden, prompt_lens)

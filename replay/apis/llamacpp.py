@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay.errors import MalformedResponse, ServerError
-from replay.protocol import Completion
+from replay.protocol import Completion, token_id
+from replay.protocol import malformed as fail
 
 if TYPE_CHECKING:
     from replay.client import ServerClient
@@ -33,21 +34,9 @@ FLUSH_NOTE = ("POST /slots/{id}?action=erase for every slot (needs --slot-save-p
               "the --cache-ram host cache are never erased, so a repeat may start warm")
 
 
-def fail(request_id: str, what: str) -> MalformedResponse:
-    return MalformedResponse(f"request {request_id}: malformed response: {what}")
-
-
 def count(value: Any, request_id: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise fail(request_id, f"{where} is {value!r}, not a count")
-    return value
-
-
-def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise fail(request_id, f"{where} is {value!r}, not a token id")
-    if value < 0 or (vocab_size is not None and value >= vocab_size):
-        raise fail(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
     return value
 
 
