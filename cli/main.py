@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,17 +23,17 @@ from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
 from replay.errors import GoldenError, UsageError
 from replay.fingerprint import redact_url
-from replay.html_report import write_html
-from replay.golden_store import golden_summary, read_golden, verify_golden, write_golden
 from replay.golden_compare import compare_goldens
+from replay.golden_store import golden_summary, read_golden, verify_golden, write_golden
+from replay.html_report import write_html
 from replay.journal import journal_path
 from replay.launch import server_for
-from replay.shard import parse_shard, shard_golden
 from replay.recorder import NonDeterministicReference, RecordOptions, record
 from replay.replayer import ReplayOptions, replay
 from replay.report import junit_xml, report_dict, write_json
 from replay.runner import check_schedule
 from replay.scenario import build_plan, load_scenario, with_overrides
+from replay.shard import parse_shard, shard_golden
 
 app = typer.Typer(
     help=__doc__,

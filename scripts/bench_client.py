@@ -136,8 +136,8 @@ def main() -> None:
         serve(args.serve, args.positions, args.k)
         return
     n = args.positions
-    print(f"| top-k | client | requests/s | positions parsed/s |")
-    print(f"| --- | --- | --- | --- |")
+    print("| top-k | client | requests/s | positions parsed/s |")
+    print("| --- | --- | --- | --- |")
     for k in (0, 20):
         port = free_port()
         proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--positions",

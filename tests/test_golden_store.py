@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from replay import golden_store
 from replay.errors import GoldenFormatError, UsageError
 from replay.golden import Golden, RecordedRequest
-from replay.redact import redact_secrets
 from replay.golden_store import (
     SCHEMA,
     array_sha256,
@@ -30,6 +29,7 @@ from replay.golden_store import (
     widen_float32,
     write_golden,
 )
+from replay.redact import redact_secrets
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

@@ -22,7 +22,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from replay.engine.config import ModelConfig
-from replay.engine.exact import F32, ExactMath, Workspace, linear, next_pow2, tree_sum_
+from replay.engine.exact import F32, ExactMath, Workspace, linear, tree_sum_
 from replay.engine.weights import AttnWeights, MLPWeights, SSMWeights, make_weights
 
 CPU_CHUNK_ELEMS = 1 << 19  # 2 MiB of products: measured fastest on a 2-core EPYC (L2 512 KiB, L3 32 MiB)
