@@ -42,9 +42,10 @@ def faults(golden_path: Path, model: HybridModel) -> None:
               f"{statuses} | {len(o.cold_failures)} | {time.perf_counter() - t:.0f} |", flush=True)
 
 
-def repeats(golden_path: Path, model: HybridModel, n: int, profile: str) -> None:
+def repeats(golden_path: Path, model: HybridModel, n: int, profile: str, pool: int | None) -> None:
     t = time.perf_counter()
-    r = replay_report(read_golden(golden_path), model, profile, repeat=n)
+    overrides = {"max_total_tokens": pool} if pool else {}
+    r = replay_report(read_golden(golden_path), model, profile, repeat=n, **overrides)
     s = r["summary"]
     hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
     tiers = ", ".join(f"{k} {v}" for k, v in sorted(s["cached_tokens_by_tier"].items()))
@@ -59,13 +60,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--profile", default="hicache")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--pool", type=int, help="device pool in tokens (default: the profile's)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # one engine per core; several runs can share a machine
     model = HybridModel(get_config("tiny"), 0, args.device)
     if args.what == "faults":
         faults(args.golden, model)
     else:
-        repeats(args.golden, model, args.repeats, args.profile)
+        repeats(args.golden, model, args.repeats, args.profile, args.pool)
 
 
 if __name__ == "__main__":
