@@ -4,7 +4,6 @@ cycle against fake servers that misbehave in the ways real ones do."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import re
 import sys
@@ -233,8 +232,6 @@ def test_missing_executable_is_a_server_error(tmp_path):
             pass
 
 
-@pytest.mark.skipif(importlib.util.find_spec("replay.engine.__main__") is None,
-                    reason="replay.engine has no __main__ yet (the embedded engine's CLI is not written)")
 def test_embedded_reference_launches_and_answers_health(tmp_path):
     with launched(load_profile("embedded-reference"), model=None, log_path=tmp_path / "e.log") as url:
         assert http_status("GET", url + "/health", timeout=10) == 200
