@@ -67,9 +67,8 @@ def demo(
     (host tier, overlap scheduling), replay, report. Exit 0 pass, 1 fail, 2 error."""
     from cli.main import run_replay  # shared with `golden replay`
     from replay.golden_store import write_golden
-    from replay.replayer import ReplayOptions
-
     from replay.launch import server_for
+    from replay.replayer import ReplayOptions
 
     engine_modules()  # a clear error now if torch is missing
     spec = load_scenario(scenario)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import typer
 
 from cli import engine_cmds, matrix_cmd, profiles_cmd, render, update_cmd
+from cli.options import client_options, replay_options
 from cli.report_cmd import report as report_cmd
 from replay.apis import detect_api, get_api
 from replay.client import ClientOptions, ServerClient
@@ -65,14 +66,6 @@ def exits_cleanly(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def client_options(concurrency: int, timeout: float, api_key: str | None) -> ClientOptions:
-    if concurrency < 1:
-        raise UsageError("--concurrency must be >= 1")
-    if timeout <= 0:
-        raise UsageError("--timeout must be > 0")
-    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
 
 
 ServerOpt = typer.Option(None, "--server", help="Base URL of an SGLang-protocol server, e.g. http://127.0.0.1:30000.", show_default=False)
@@ -187,19 +180,12 @@ def replay_cmd(
     quiet: bool = QuietOpt,
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit."""
-    parsed_policy = Policy.parse(policy)
-    check_schedule(schedule)
-    if repeat < 1:
-        raise UsageError("--repeat must be >= 1")
-    if require_tier not in (None, "host", "storage", "device"):
-        raise UsageError(f"invalid --require-tier {require_tier!r}: use host or storage")
+    options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
+                             allow_model_mismatch)
     if shard is not None:
         parse_shard(shard)
     if (server is None) == (launch is None):
         raise UsageError("give exactly one of --server URL or --launch PROFILE")
-    options = ReplayOptions(policy=parsed_policy, schedule=schedule, repeat=repeat,
-                            expect_cache=expect_cache, require_tier=require_tier,
-                            allow_model_mismatch=allow_model_mismatch)
     code = run_replay(golden_path, server, options, client_options(concurrency, timeout, api_key),
                       report_path=report, junit_path=junit, html_path=html, quiet=quiet,
                       launch=launch, model=model, log_dir=log_dir, shard=shard, api=api)

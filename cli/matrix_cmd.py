@@ -13,13 +13,11 @@ import typer
 from rich.table import Table
 
 from cli import render
+from cli.options import replay_options
 from replay.client import ClientOptions
-from replay.diff import Policy
 from replay.errors import UsageError
 from replay.matrix import LaunchSettings, matrix_junit, run_matrix
-from replay.replayer import ReplayOptions
 from replay.report import write_json
-from replay.runner import check_schedule
 from replay.shard import parse_shard
 
 EXIT_CODES = {"pass": 0, "fail": 1}
@@ -70,17 +68,6 @@ def matrix(
     raise typer.Exit(EXIT_CODES.get(doc["verdict"], 2))
 
 
-def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,
-                   expect_cache: str, allow_model_mismatch: bool) -> ReplayOptions:
-    """The same checks as `golden replay` makes on the same options."""
-    parsed = Policy.parse(policy)
-    check_schedule(schedule)
-    if repeat < 1:
-        raise UsageError("--repeat must be >= 1")
-    if require_tier not in (None, "host", "storage", "device"):
-        raise UsageError(f"invalid --require-tier {require_tier!r}: use host or storage")
-    return ReplayOptions(policy=parsed, schedule=schedule, repeat=repeat, expect_cache=expect_cache,
-                         require_tier=require_tier, allow_model_mismatch=allow_model_mismatch)
 
 
 def client_options(concurrency: int, timeout: float) -> ClientOptions:

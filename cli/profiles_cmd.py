@@ -10,7 +10,8 @@ from rich.table import Table
 
 from cli import render
 from replay.errors import GoldenError
-from replay.launch import builtin_profiles, load_profile, render as render_profile
+from replay.launch import builtin_profiles, load_profile
+from replay.launch import render as render_profile
 
 app = typer.Typer(
     help="Launch profiles: how `--launch PROFILE` starts a server (docs/profiles.md).",

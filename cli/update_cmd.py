@@ -20,7 +20,15 @@ from replay.launch import server_for
 from replay.recorder import RecordOptions
 from replay.report import write_json
 from replay.runner import check_schedule
-from replay.update import CHANGED, ERROR, UNCHANGED, UpdateOptions, UpdateResult, find_goldens, update_goldens
+from replay.update import (
+    CHANGED,
+    ERROR,
+    UNCHANGED,
+    UpdateOptions,
+    UpdateResult,
+    find_goldens,
+    update_goldens,
+)
 
 
 def update(
