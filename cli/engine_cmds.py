@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from cli import render
+from replay import aio
 from replay.client import ClientOptions, ServerClient
 from replay.errors import UsageError
 from replay.recorder import RecordOptions, record
@@ -85,7 +85,7 @@ def demo(
             async with ServerClient(url, copts) as client:
                 with render.progress_bar("record", spec.requests, quiet) as tick:
                     return await record(client, plan, RecordOptions(), progress=tick)
-        golden = asyncio.run(go())
+        golden = aio.run(go())
     write_golden(golden, golden_path, force=True)
     render.err.print(f"2/3 wrote {golden_path}", markup=False)
     render.err.print(f"3/3 replaying on an `{replay_profile}` engine"

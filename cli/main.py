@@ -7,7 +7,6 @@ Exit codes: 0 pass, 1 fail (divergence beyond the policy, or a cache expectation
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import typer
 from cli import engine_cmds, matrix_cmd, profiles_cmd, render, update_cmd
 from cli.options import client_options, replay_options
 from cli.report_cmd import report as report_cmd
+from replay import aio
 from replay.apis import detect_api, get_api
 from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
@@ -142,7 +142,7 @@ def record_cmd(
 
     try:
         with server_for(server, launch, model, log_dir) as url:
-            golden = asyncio.run(go(url))
+            golden = aio.run(go(url))
     except NonDeterministicReference as exc:
         journal.unlink(missing_ok=True)
         render.err.print(f"refusing to write {out}: the reference is not deterministic: {exc}", markup=False)
@@ -212,7 +212,7 @@ def run_replay(golden_path: Path, server: str | None, options: ReplayOptions, co
                     with render.progress_bar(f"replay {golden_path.name}", total, quiet) as tick:
                         return await replay(client, golden, name, options, progress=tick)
 
-            result = asyncio.run(go())
+            result = aio.run(go())
         doc = report_dict(result, golden=name, server=where, policy=str(options.policy))
     except GoldenError as exc:
         doc = report_dict(None, golden=name, server=where, policy=str(options.policy),

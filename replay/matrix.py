@@ -9,7 +9,6 @@ configurations still run and still say something.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, ContextManager
 from xml.etree import ElementTree as ET
 
+from replay import aio
 from replay.client import ClientOptions, ServerClient
 from replay.errors import GoldenError, UsageError
 from replay.fingerprint import redact_url
@@ -60,7 +60,7 @@ def replay_result(url: str, golden: Golden, golden_name: str, options: ReplayOpt
         async with ServerClient(url, copts) as client:
             return await replay(client, golden, golden_name, options, progress=tick)
 
-    return asyncio.run(go())
+    return aio.run(go())
 
 
 def replay_report(url: str, golden: Golden, golden_name: str, options: ReplayOptions,

@@ -9,12 +9,12 @@ run, which is how CI asks "would re-recording change anything?".
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replay import aio
 from replay.client import ClientOptions, ServerClient
 from replay.diff import Policy
 from replay.errors import GoldenError
@@ -80,7 +80,7 @@ def update_goldens(directory: Path, server_url: str, *, options: UpdateOptions =
                     replace_golden(result, new, notify)
         return results
 
-    return asyncio.run(go())
+    return aio.run(go())
 
 
 async def reference_warnings(client: ServerClient) -> list[str]:

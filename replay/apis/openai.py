@@ -20,8 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay.apis.llamacpp import count, fail, first_model, logprob, model_fields, parse_rows, \
-    token_id, top_width
+from replay.apis.llamacpp import (
+    count,
+    fail,
+    first_model,
+    logprob,
+    model_fields,
+    parse_rows,
+    token_id,
+    top_width,
+)
 from replay.errors import MalformedResponse
 from replay.protocol import Completion
 

@@ -10,10 +10,10 @@ Used by scripts/detection_matrix.py (full size) and tests/test_detection_matrix.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from replay import aio
 from replay.client import ClientOptions, ServerClient
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
@@ -41,7 +41,7 @@ def record_reference(spec: ScenarioSpec, model: HybridModel) -> Golden:
 
     with start_server(profile_options("reference", model=model.config.name, seed=model.seed),
                       model=model) as server:
-        return asyncio.run(go())
+        return aio.run(go())
 
 
 def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str | None = None,
@@ -57,7 +57,7 @@ def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str |
         return report_dict(result, golden="in-memory", server=server.url, policy="exact")
 
     with start_server(options, model=model) as server:
-        return asyncio.run(go())
+        return aio.run(go())
 
 
 @dataclass(frozen=True)

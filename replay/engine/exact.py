@@ -20,10 +20,10 @@ fixed-shape halving tree:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
-
-from dataclasses import dataclass, field
 
 F32 = torch.float32
 

@@ -22,7 +22,12 @@ import numpy as np
 import torch
 
 from replay.engine.faults import Faults
-from replay.engine.host_tier import HostPool, backup_on_evict, backup_on_hit, backup_on_insert
+from replay.engine.host_tier import (
+    HostPool,
+    backup_on_evict,
+    backup_on_hit,
+    backup_on_insert,
+)
 from replay.engine.kv_pool import KVPool
 from replay.engine.model import SSMState
 from replay.engine.sequence import CachedTokens

@@ -22,7 +22,7 @@ from replay.engine.faults import Faults
 from replay.engine.kv_pool import KVPool
 from replay.engine.model import ForwardResult, SSMState, top_k
 from replay.engine.radix_cache import RadixCache
-from replay.engine.sequence import Sequence, SeqState
+from replay.engine.sequence import SeqState, Sequence
 
 
 @dataclass
