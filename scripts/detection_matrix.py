@@ -29,14 +29,15 @@ from replay.engine.model import HybridModel  # noqa: E402
 from replay.golden_store import read_golden  # noqa: E402
 
 
-def faults(golden_path: Path, model: HybridModel) -> None:
+def faults(golden_path: Path, model: HybridModel, pool: int | None) -> None:
     golden = read_golden(golden_path)
+    overrides = {"max_total_tokens": pool} if pool else {}
     print("| fault | profile | verdict | failing requests | statuses | failing without a cache hit | seconds |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for fault in FAULTS:
         t = time.perf_counter()
         profile = profile_for(fault)
-        o = judge_fault(fault, profile, replay_report(golden, model, profile, fault))
+        o = judge_fault(fault, profile, replay_report(golden, model, profile, fault, **overrides))
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(o.statuses.items()))
         print(f"| {fault} | {profile} | {o.verdict} | {len(o.failing)} / {len(golden.requests)} | "
               f"{statuses} | {len(o.cold_failures)} | {time.perf_counter() - t:.0f} |", flush=True)
@@ -65,7 +66,7 @@ def main() -> None:
     torch.set_num_threads(1)  # one engine per core; several runs can share a machine
     model = HybridModel(get_config("tiny"), 0, args.device)
     if args.what == "faults":
-        faults(args.golden, model)
+        faults(args.golden, model, args.pool)
     else:
         repeats(args.golden, model, args.repeats, args.profile, args.pool)
 

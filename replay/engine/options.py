@@ -86,12 +86,13 @@ class EngineOptions:
 
 
 # The hicache shape: pages of 64 tokens (two per 128-token track interval) and a device pool of
-# 2048 tokens (32 pages). A 3x3 branching run (512-token prefixes, 64-token forks, 2 turns of +32,
+# 3072 tokens (48 pages). A 3x3 branching run (512-token prefixes, 64-token forks, 2 turns of +32,
 # 160 new tokens) needs 12-18 pages per request, so the tree cannot stay on the device: turns 1
-# and 2 load about half of their reused pages back from host (measured: docs/engine.md).
+# and 2 load about half of their reused pages back from host (7,488 of 15,360 cached tokens;
+# docs/benchmarks.md). At 2048 tokens only two requests fit at once and the replay takes 40% longer.
 _HICACHE = EngineOptions(
     page_size=64,
-    max_total_tokens=2048,
+    max_total_tokens=3072,
     chunked_prefill_size=512,
     mamba_track_interval=128,
     enable_hierarchical_cache=True,
@@ -108,9 +109,10 @@ PROFILES: dict[str, EngineOptions] = {
     "hicache": _HICACHE,
     "hicache-write-back": replace(_HICACHE, hicache_write_policy="write_back"),
     "hicache-layer-first": replace(_HICACHE, hicache_mem_layout="layer_first"),
-    # A host pool of 32 pages (the tree needs ~105), so host-evicted pages go on to storage and
-    # later hits come from device, host and storage.
-    "hicache-storage": replace(_HICACHE, hicache_ratio=1.0, hicache_storage_backend="file"),
+    # A device pool of 32 pages and a host pool of 32 (the tree needs ~105), so host-evicted
+    # pages go on to storage and later hits come from device, host and storage.
+    "hicache-storage": replace(_HICACHE, max_total_tokens=2048, hicache_ratio=1.0,
+                               hicache_storage_backend="file"),
 }
 
 
