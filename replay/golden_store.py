@@ -114,10 +114,7 @@ def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
     """
     where = Path(path)
     try:
-        opened = _open(where, verify=verify)
-        arrays, problems = _load_arrays(opened, verify=verify)
-        if not problems:
-            problems = check_structure(opened.attrs, arrays)
+        opened, arrays, problems = _open_and_check(where, verify=verify)
     except _Unreadable as exc:
         raise GoldenFormatError(f"{where}: {exc}") from None
     if problems:
@@ -129,17 +126,21 @@ def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
 def verify_golden(path: str | Path) -> list[str]:
     """Every problem found in the golden at `path`, [] when it is sound. Never raises for a bad
     golden: a missing path, garbage metadata or an undecodable chunk are all reported."""
-    where = Path(path)
     try:
-        opened = _open(where, verify=True)
-        arrays, problems = _load_arrays(opened, verify=True)
-        if not problems:
-            problems = check_structure(opened.attrs, arrays)
-        return problems
+        return _open_and_check(Path(path), verify=True)[2]
     except _Unreadable as exc:
         return [str(exc)]
     except Exception as exc:  # noqa: BLE001 - the contract is to report, not to raise
         return [f"unexpected error while verifying: {type(exc).__name__}: {exc}"]
+
+
+def _open_and_check(where: Path, *, verify: bool) -> tuple[Any, dict[str, np.ndarray], list[str]]:
+    """Open, load every array, then check the structure (only when the arrays loaded cleanly)."""
+    opened = _open(where, verify=verify)
+    arrays, problems = _load_arrays(opened, verify=verify)
+    if not problems:
+        problems = check_structure(opened.attrs, arrays)
+    return opened, arrays, problems
 
 
 def golden_summary(path: str | Path) -> dict[str, Any]:
