@@ -9,8 +9,8 @@ output length; its input starts with those `history + output` tokens (sglang-pro
 - `any`: cached_tokens >= 1 (some prefix was reused), for caches that are not page-based and
   whose hit length depends on slot assignment (llama.cpp);
 - `none`: no expectation (e.g. replaying against another cache-disabled server).
-`auto` reads the server's settings; an API adapter that knows its server's cache better may name
-the rule itself in server_info["expect_cache_auto"] (`none` or `any`).
+`auto` reads the server's settings; an API adapter that knows its server's cache better names
+the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `api_default`.
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 """
@@ -70,12 +70,13 @@ class CacheExpectation:
         return None
 
 
-def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
+def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any],
+                      api_default: str | None = None) -> CacheExpectation:
     """`auto`, `none`, `any`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from
     server_info)."""
     page = _positive(server_info.get("page_size"), 1)
     if text == "auto":
-        return auto_expectation(server_info, model_info)
+        return auto_expectation(server_info, model_info, api_default)
     if text in ("none", "any"):
         return CacheExpectation(text)
     if text == "attention":
@@ -94,13 +95,14 @@ def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[s
     raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, any, attention or mamba:INTERVAL")
 
 
-def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
-    """Derive the expectation from what the server reports about itself."""
+def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
+                     api_default: str | None = None) -> CacheExpectation:
+    """Derive the expectation from what the server reports about itself (or, for adapters that
+    know better, from their `api_default`)."""
     if server_info.get("disable_radix_cache"):
         return CacheExpectation("none")
-    suggested = server_info.get("expect_cache_auto")
-    if suggested in ("none", "any"):
-        return CacheExpectation(suggested)
+    if api_default in ("none", "any"):
+        return CacheExpectation(api_default)
     page = _positive(server_info.get("page_size"), 1)
     described = " ".join(
         str(x).lower()

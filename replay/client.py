@@ -1,4 +1,7 @@
-"""One async HTTP client for an SGLang-protocol server: session, pool, timeouts, retries.
+"""The transport: one async HTTP client per server with its session, slots, timeouts and retries.
+
+It knows no API (httpx's rule): adapters in `replay.apis` decide paths and bodies and read the
+answers; this module only moves JSON and bytes.
 
 Retries happen only where a retry cannot change the measurement: the request never reached the
 server (connection refused / DNS / connect timeout) or the server declined it before doing any
@@ -11,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
-from replay.apis import Api
-from replay.errors import MalformedResponse, ServerError
+from replay.errors import MalformedResponse, ServerError, UsageError
 
 RETRYABLE_STATUS = {429, 503}
 
@@ -33,17 +36,27 @@ class ClientOptions:
     flush_wait: float = 30.0  # seconds to keep retrying /flush_cache while busy
     api_key: str | None = None  # sent as a Bearer token, never logged
 
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
+                or self.concurrency < 1:
+            raise UsageError("--concurrency must be >= 1")
+        for name in ("connect_timeout", "request_timeout", "flush_wait", "backoff"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                    or (value == 0 and name != "backoff"):
+                flag = "--timeout" if name == "request_timeout" else name
+                raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise UsageError("retries must be >= 0")
+
 
 class ServerClient:
-    """Use as `async with ServerClient(url, options, api) as client:`. The API (default SGLang's)
-    decides paths and bodies; this class owns the session, the pool, timeouts and retries."""
+    """Use as `async with ServerClient(url, options) as client:`; it owns the session, the pool,
+    timeouts and retries."""
 
-    def __init__(self, url: str, options: ClientOptions | None = None, api: Api | None = None) -> None:
-        from replay.apis.sglang import SGLangApi
-
+    def __init__(self, url: str, options: ClientOptions | None = None) -> None:
         self.url = url.rstrip("/")
         self.options = options or ClientOptions()
-        self.api: Api = api or SGLangApi()
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(self.options.concurrency)
 
@@ -70,18 +83,10 @@ class ServerClient:
             await self._session.close()
             self._session = None
 
-    async def generate(self, body: dict[str, Any], request_id: str, path: str = "/generate") -> Any:
+    async def post(self, path: str, body: dict[str, Any], request_id: str) -> Any:
+        """One generation-style POST within the concurrency bound; the decoded JSON answer."""
         async with self._slots:
             return await self._call("POST", path, request_id, body=body)
-
-    async def server_info(self) -> dict[str, Any]:
-        return await self.api.server_info(self)
-
-    async def model_info(self) -> dict[str, Any]:
-        return await self.api.model_info(self)
-
-    async def flush_cache(self) -> None:
-        await self.api.flush_cache(self)
 
     async def get_json(self, path: str, fallback: str | None = None) -> dict[str, Any]:
         """GET a JSON object (trying `fallback` on 404: older servers' names)."""

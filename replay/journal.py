@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay.errors import UsageError
-from replay.protocol import Completion
+from replay.apis.base import Completion
 
 FORMAT = "golden-replay/journal/1"
 

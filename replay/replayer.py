@@ -14,36 +14,40 @@ from typing import Any
 
 import numpy as np
 
+from replay.apis.base import Completion
 from replay.cache_check import CacheExpectation, HitTally, parse_expectation
-from replay.client import ServerClient
+from replay.connection import Connection
 from replay.diff import IDENTICAL, Policy, diff_outputs
-from replay.errors import ModelMismatch
+from replay.errors import ModelMismatch, UsageError
 from replay.fingerprint import model_identity, source_meta, vocab_size
 from replay.golden import Golden
-from replay.protocol import Completion
 from replay.report import ReplayResult, RequestOutcome
-from replay.runner import Job, run_jobs
+from replay.runner import check_schedule, run_nodes
 
 Progress = Callable[[str], None]
+TIERS = ("host", "storage", "device")
 
 
 @dataclass(frozen=True)
 class ReplayOptions:
+    """How a golden is replayed and judged; checked on construction (UsageError, exit 2).
+    `policy` may be given as text (`exact`, `kl:THR`, `ulp:N`)."""
+
     policy: Policy = Policy("exact")
     schedule: str = "lockstep"
     repeat: int = 1
     expect_cache: str = "auto"
     require_tier: str | None = None
     allow_model_mismatch: bool = False
-    flush: bool = True  # empty the server's cache before each repeat
 
-
-def golden_jobs(golden: Golden) -> list[Job]:
-    return [
-        Job(index=i, id=r.id, group=r.group, branch=r.branch, turn=r.turn, parent=r.parent,
-            max_new_tokens=r.max_new_tokens)
-        for i, r in enumerate(golden.requests)
-    ]
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):
+            object.__setattr__(self, "policy", Policy.parse(self.policy))
+        check_schedule(self.schedule)
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or self.repeat < 1:
+            raise UsageError("--repeat must be >= 1")
+        if self.require_tier not in (None, *TIERS):
+            raise UsageError(f"invalid --require-tier {self.require_tier!r}: use host or storage")
 
 
 def check_model(golden: Golden, server_info: dict[str, Any], model_info: dict[str, Any]) -> None:
@@ -56,35 +60,36 @@ def check_model(golden: Golden, server_info: dict[str, Any], model_info: dict[st
         )
 
 
-async def replay(client: ServerClient, golden: Golden, golden_name: str, options: ReplayOptions,
+async def replay(conn: Connection, golden: Golden, golden_name: str, options: ReplayOptions,
                  progress: Progress | None = None) -> ReplayResult:
-    server_info = await client.server_info()
-    model_info = await client.model_info()
+    server_info = await conn.server_info()
+    model_info = await conn.model_info()
     if not options.allow_model_mismatch:
         check_model(golden, server_info, model_info)
-    expectation = parse_expectation(options.expect_cache, server_info, model_info)
+    expectation = parse_expectation(options.expect_cache, server_info, model_info,
+                                    conn.api.expect_cache_auto)
     vocab = vocab_size(model_info, server_info)
     inputs = [golden.input_ids(i) for i in range(len(golden.requests))]
     tally = HitTally()
     result = ReplayResult(
-        golden=golden_name, server=client.url, policy=str(options.policy),
+        golden=golden_name, server=conn.url, policy=str(options.policy),
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
         golden_meta=golden.meta,
-        server_meta=source_meta(client.url, server_info, model_info, api=client.api.name),
+        server_meta=source_meta(conn.url, server_info, model_info, api=conn.api.name,
+                                flush=conn.api.flush_note),
     )
     for rep in range(options.repeat):
-        if options.flush:
-            await client.flush_cache()
+        await conn.flush_cache()
 
-        def on_done(job: Job, completion: Completion, rep: int = rep) -> None:
-            outcome = judge(golden, job.index, inputs, completion, rep, options.policy, expectation)
+        def on_done(i: int, completion: Completion, rep: int = rep) -> None:
+            outcome = judge(golden, i, inputs, completion, rep, options.policy, expectation)
             tally.add(completion.cached_tokens, completion.cached_details)
             result.outcomes.append(outcome)
             if progress:
-                progress(job.id)
+                progress(golden.requests[i].id)
 
-        await run_jobs(client, golden_jobs(golden), inputs.__getitem__, on_done,
-                       schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab)
+        await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
+                        schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab)
     order = {r.id: i for i, r in enumerate(golden.requests)}
     result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
     result.hit_lengths = tally.histogram()

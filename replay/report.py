@@ -208,3 +208,28 @@ def failure_line(r: dict[str, Any]) -> str:
             line += f"; tokens diverge at position {t}"
         return line
     return r.get("cache_problem") or r["status"]
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    if report["verdict"] == "error":
+        return f"ERROR: {report['error']}"
+    s = report["summary"]
+    hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
+    tiers = ", ".join(f"{k}={v}" for k, v in sorted(s["cached_tokens_by_tier"].items())) or "-"
+    head = "PASS" if report["verdict"] == "pass" else "FAIL"
+    line = (f"{head}: {s['requests']} requests x {s['repeats']} repeat(s), "
+            f"{s['tokens_compared']} tokens compared, {s['requests_failed']} failed "
+            f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
+            f"policy {report['policy']}, max ulp {s['max_ulp']}; "
+            f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
+    if report.get("tier_problem"):
+        line += f"; {report['tier_problem']}"
+    return line
+
+
+def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
+    failing = [r for r in report.get("requests", []) if not r["passed"]]
+    lines = [f"{r['id']} (repeat {r['repeat']}): {failure_line(r)}" for r in failing[:limit]]
+    if len(failing) > limit:
+        lines.append(f"... and {len(failing) - limit} more (see --report)")
+    return lines

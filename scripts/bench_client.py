@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from replay.client import ClientOptions, ServerClient  # noqa: E402
 from replay.diff import Policy, diff_outputs  # noqa: E402
-from replay.protocol import generate_body, parse_completion  # noqa: E402
+from replay.apis.sglang import generate_body, parse_completion  # noqa: E402
 
 
 def canned_response(n: int, k: int) -> dict:

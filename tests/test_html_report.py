@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 import typer
+
+from cli.options import exits_cleanly
 from typer.testing import CliRunner
 
 from cli.report_cmd import report as report_command
@@ -407,7 +409,7 @@ def cli_app() -> typer.Typer:
     """The command as cli/main.py registers it (a callback keeps `report` a subcommand)."""
     app = typer.Typer(add_completion=False)
     app.callback()(lambda: None)
-    app.command("report")(report_command)
+    app.command("report")(exits_cleanly(report_command))
     return app
 
 

@@ -244,12 +244,12 @@ def test_embedded_reference_launches_and_answers_health(tmp_path):
 
 async def _generate(url: str, ids: list[int]):
     async with ServerClient(url) as client:
-        return await client.generate({"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}, "x")
+        return await client.post("/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}, "x")
 
 
 async def _server_info(url: str):
     async with ServerClient(url) as client:
-        return await client.server_info()
+        return await client.get_json("/server_info")
 
 
 def _pgid_of_server(url: str) -> int:

@@ -21,6 +21,7 @@ from aiohttp import web
 from replay.engine.engine import VERSION, EngineBusy, LLMEngine
 from replay.engine.model import HybridModel
 from replay.engine.options import EngineOptions
+from replay.engine.radix_cache import CachedTokens
 from replay.engine.sequence import Sequence
 
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len",
@@ -178,7 +179,8 @@ class EngineApp:
 
     def _response(self, seq: Sequence, args: GenerateArgs, latency: float) -> dict[str, Any]:
         options = self.engine.options
-        cached = self.engine.faults.reported_cached(seq.cached.total, seq.prompt_len)
+        tiers = seq.cached or CachedTokens()
+        cached = self.engine.faults.reported_cached(tiers.total, seq.prompt_len)
         meta: dict[str, Any] = {
             "id": seq.rid,
             "finish_reason": {"type": "length", "length": seq.max_new_tokens},
@@ -187,8 +189,8 @@ class EngineApp:
             "cached_tokens": cached,
         }
         if options.enable_hierarchical_cache:
-            details: dict[str, Any] = {"device": seq.cached.device, "host": seq.cached.host,
-                                       "storage": seq.cached.storage}
+            details: dict[str, Any] = {"device": tiers.device, "host": tiers.host,
+                                       "storage": tiers.storage}
             if options.hicache_storage_backend:
                 details["storage_backend"] = options.hicache_storage_backend
             meta["cached_tokens_details"] = details
