@@ -16,6 +16,7 @@ from cli.options import (
     ApiOpt,
     ConcurrencyOpt,
     ExpectCacheOpt,
+    FaultOpt,
     GoldenArg,
     LaunchOpt,
     LogDirOpt,
@@ -45,6 +46,7 @@ def replay(
     model: str = ModelOpt,
     log_dir: Path = LogDirOpt,
     server_arg: list[str] = ServerArgOpt,
+    fault: str = FaultOpt,
     shard: str = ShardOpt,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
@@ -69,7 +71,7 @@ def replay(
     copts = client_options(concurrency, timeout, api_key)
     if shard is not None:
         parse_shard(shard)
-    target = server_target(server, launch, model, log_dir, server_arg=server_arg)
+    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg)
     raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
                                        quiet=quiet, report=report, junit=junit, html=html))
 
