@@ -13,6 +13,7 @@ from cli import (
     engine_cmds,
     golden_cmds,
     matrix_cmd,
+    minimize_cmd,
     profiles_cmd,
     record_cmd,
     replay_cmd,
@@ -38,6 +39,7 @@ app.command("scenarios")(exits_cleanly(golden_cmds.scenarios))
 app.command("report")(exits_cleanly(report_cmd.report))
 app.command("matrix")(exits_cleanly(matrix_cmd.matrix))
 app.command("update")(exits_cleanly(update_cmd.update))
+app.command("minimize")(exits_cleanly(minimize_cmd.minimize))
 app.add_typer(profiles_cmd.app, name="profiles")
 app.command("serve")(exits_cleanly(engine_cmds.serve))
 app.command("demo")(exits_cleanly(engine_cmds.demo))
