@@ -213,12 +213,7 @@ class Search:
 
     def run(self, start: Candidate) -> Result:
         start = self.closed(start, start.keep)
-        self.progress(f"start: {self.describe(start)}")
-        if not self.fails(start):
-            raise NotFailing(f"the starting replay ({self.describe(start)}) did not fail the same "
-                             "way on a rerun: the failure is flaky; pass --repeat N to count a "
-                             "failure in any of N repeats")
-        cand, exhausted = start, False
+        cand, exhausted = self.step("rerun the start", self.confirm, start), False
         try:
             for name, reduce in (("groups", self.reduce_groups),
                                  ("conversations", self.reduce_conversations),
@@ -250,6 +245,13 @@ class Search:
                       f"{', '.join(step.removed) or 'nothing'} ({step.replays} replays, "
                       f"{step.seconds:.0f}s)")
         return cand
+
+    def confirm(self, start: Candidate, step: Step) -> Candidate:
+        if not self.fails(start):
+            raise NotFailing(f"the starting replay ({self.describe(start)}) did not fail the same "
+                             "way on a rerun: the failure is flaky; pass --repeat N to count a "
+                             "failure in any of N repeats")
+        return start
 
     def reduce_units(self, cand: Candidate, step: Step,
                      units: dict[str, list[int]]) -> Candidate:
