@@ -1,7 +1,7 @@
 """The minimizer's search, judged by fake judges: what it keeps, what it proves, when it stops.
 
 A fake judge is a predicate over the candidate (kept request ids and options); the search never
-sees a server. The end-to-end proof on the embedded engine is tests/test_minimize_e2e.py.
+sees a server. The end-to-end proof on the embedded engine is tests/test_minimize_cli.py.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from replay.errors import UsageError
 from replay.minimize import Budget, Candidate, Judgement, NotFailing, Search, ddmin, parse_budget
+from replay.minimize_session import Failure, request_class
 from replay.scenario import ScenarioSpec, build_plan
-from replay.tree import TreeNode, subset, with_ancestors
+from replay.tree import input_ids, subset, with_ancestors
 
 SPEC = ScenarioSpec(name="t", groups=3, branches=3, prefix_len=4, suffix_len=2, turns=2,
                     turn_suffix_len=1, max_new_tokens=2)
@@ -83,7 +84,6 @@ def test_subset_keeps_ancestors_and_remaps_parents():
 def test_subset_inputs_are_the_originals():
     prefixes = build_plan(SPEC).prefixes
     outputs = {n.id: np.array([7, len(n.id)], dtype=np.int32) for n in NODES}
-    from replay.tree import input_ids
     keep = [i for i, n in enumerate(NODES) if n.id in ("g0/b1/t2", "g2/b0/t1")]
     kept = subset(NODES, keep)
     for j, node in enumerate(kept):
@@ -195,5 +195,44 @@ def test_a_bad_budget_is_a_usage_error(text):
         parse_budget(text)
 
 
-def test_nodes_are_tree_nodes():
-    assert all(isinstance(n, TreeNode) for n in NODES)
+# -- what "fails the same way" means ---------------------------------------------------------
+
+
+def report_of(*requests: tuple[str, str, str | None, dict[str, int]], tier_problem=None):
+    rows = [{"id": i, "repeat": 0, "status": status, "passed": status == "identical",
+             "cache_problem": problem, "cached_tokens": sum(tiers.values()),
+             "cached_tokens_details": tiers} for i, status, problem, tiers in requests]
+    failed = any(not r["passed"] for r in rows) or tier_problem
+    return {"verdict": "fail" if failed else "pass", "requests": rows,
+            "tier_problem": tier_problem}
+
+
+def test_the_failure_kept_is_the_most_frequent_class():
+    report = report_of(("a", "logprob_drift", None, {}), ("b", "token_divergence", None, {}),
+                       ("c", "token_divergence", None, {}), ("d", "identical", None, {}))
+    assert Failure.of(report) == Failure("token_divergence")
+    assert Failure.of(report, "logprob_drift") == Failure("logprob_drift")
+
+
+def test_an_over_reported_hit_is_its_own_class():
+    report = report_of(("a", "cache_miss", "cached_tokens 9 >= prompt length 9: over-reported",
+                        {"device": 9}), ("b", "cache_miss", "cached_tokens 0 < 128", {}))
+    assert [request_class(r) for r in report["requests"]] == ["over_reported", "cache_miss"]
+
+
+def test_same_tier_keeps_the_host_tier_of_the_failing_hits():
+    report = report_of(("a", "logprob_drift", None, {"device": 512, "host": 128}),
+                       ("b", "logprob_drift", None, {"device": 640}))
+    failure = Failure.of(report, same_tier=True)
+    assert failure.tiers == ("host",)
+    assert [r["id"] for r in failure.matching(report)] == ["a"]
+
+
+def test_a_passing_report_has_no_failure_to_minimize():
+    with pytest.raises(NotFailing, match="passed"):
+        Failure.of(report_of(("a", "identical", None, {})))
+
+
+def test_an_unknown_failure_class_is_a_usage_error():
+    with pytest.raises(UsageError, match="--failure"):
+        Failure("slow")
