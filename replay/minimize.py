@@ -64,7 +64,8 @@ class NotFailing(GoldenError):
 
 @dataclass(frozen=True)
 class Budget:
-    """When to stop searching: after this many seconds and/or replays (None: no limit)."""
+    """When to stop searching: after this many seconds and/or replays (None: no limit). The
+    start's rerun always happens, whatever the budget."""
 
     seconds: float | None = None
     runs: int | None = None
@@ -178,7 +179,7 @@ class Search:
         if not cand.keep:
             return False
         if cand not in self.memo:
-            if self.budget.spent(time.monotonic() - self.started, self.replays):
+            if self.replays and self.budget.spent(time.monotonic() - self.started, self.replays):
                 raise _OutOfBudget
             judgement = self.judge(cand)
             self.replays += 1

@@ -236,3 +236,8 @@ def test_a_passing_report_has_no_failure_to_minimize():
 def test_an_unknown_failure_class_is_a_usage_error():
     with pytest.raises(UsageError, match="--failure"):
         Failure("slow")
+
+
+def test_the_start_is_rerun_whatever_the_budget():
+    result, judge = minimize(lambda ids, c: "g0/b0/t1" in ids, budget=Budget(seconds=1e-9))
+    assert judge.seen == [START] and result.final == START and result.budget_exhausted
