@@ -99,7 +99,7 @@ class Step:
     """One reduction step, as minimize.json records it."""
 
     name: str
-    # what went: groups (g1), conversations (g0/b2), requests (g0/b1/t2), options (concurrency 16 -> 1)
+    # what went: groups (g1), conversations (g0/b2), requests (g0/b1/t2), concurrency 16 -> 1
     removed: list[str] = field(default_factory=list)
     replays: int = 0
     seconds: float = 0.0
