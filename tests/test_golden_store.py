@@ -15,7 +15,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay import golden_store
+from replay import atomic_dir, golden_store
 from replay.errors import GoldenFormatError, UsageError
 from replay.golden import Golden, RecordedRequest
 from replay.golden_store import (
@@ -153,7 +153,7 @@ def fsync_log(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """fsync costs ~4 ms a call on this disk and a write makes ~45: record the calls instead.
     A test that wants the real thing calls monkeypatch.undo()."""
     log: list[Path] = []
-    monkeypatch.setattr(golden_store, "_fsync", log.append)
+    monkeypatch.setattr(atomic_dir, "_fsync", log.append)
     return log
 
 
@@ -708,7 +708,7 @@ def test_every_file_and_directory_is_fsynced_before_the_rename(
         seen["synced"] = set(fsync_log)
         os.rename(src, dst)
 
-    monkeypatch.setattr(golden_store, "_rename", rename)
+    monkeypatch.setattr(atomic_dir, "_rename", rename)
     write_golden(make_golden(), tmp_path / "g.zarr")
     assert seen["tree"] and seen["tree"] <= seen["synced"]
     assert fsync_log[-1] == tmp_path  # the parent directory, after the rename
@@ -763,8 +763,10 @@ class Boom(BaseException):
 
 
 def fail_on_call(monkeypatch: pytest.MonkeyPatch, name: str, call: int, exc: BaseException) -> None:
-    """Make golden_store.<name> raise `exc` on its `call`-th call (1-based)."""
-    real = getattr(golden_store, name)
+    """Make <module>.<name> raise `exc` on its `call`-th call (1-based): the zarr writing in
+    golden_store, the atomic publication steps in atomic_dir."""
+    module = golden_store if hasattr(golden_store, name) else atomic_dir
+    real = getattr(module, name)
     calls = {"n": 0}
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -773,7 +775,7 @@ def fail_on_call(monkeypatch: pytest.MonkeyPatch, name: str, call: int, exc: Bas
             raise exc
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(golden_store, name, wrapper)
+    monkeypatch.setattr(module, name, wrapper)
 
 
 def test_crash_mid_write_leaves_no_golden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -806,7 +808,7 @@ def test_failed_swap_restores_the_old_golden(written: tuple[Golden, Path],
 def test_leftover_temp_dir_from_a_killed_writer_is_ignored(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # A killed writer's partial directory: no cleanup ran.
-    monkeypatch.setattr(golden_store, "_remove", lambda path: None)
+    monkeypatch.setattr(atomic_dir, "_remove", lambda path: None)
     fail_on_call(monkeypatch, "_write_array", 3, Boom())
     with pytest.raises(Boom):
         write_golden(make_golden(), tmp_path / "g.zarr")
