@@ -20,8 +20,15 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def widen_float32(values: np.ndarray) -> np.ndarray:
     """float32 -> float64 on bit patterns, exactly as IEEE 754 widening (NaN payloads shifted
     up, signalling NaNs kept signalling), independent of the FPU's flush-to-zero or
-    denormals-are-zero modes, which would silently zero float32 subnormals."""
-    bits = np.ascontiguousarray(values, dtype="<f4").view("<u4").astype(np.uint64)
+    denormals-are-zero modes, which would silently zero float32 subnormals. Arrays without
+    subnormals, infinities or NaNs (the usual case) take the hardware cast, which is exact for
+    them in any mode."""
+    raw = np.ascontiguousarray(values, dtype="<f4").view("<u4")
+    magnitude = raw & np.uint32(0x7FFFFFFF)
+    if not ((magnitude - np.uint32(1) < np.uint32(0x7FFFFF))
+            | (magnitude >= np.uint32(0x7F800000))).any():
+        return raw.view("<f4").astype(np.float64).reshape(np.shape(values))
+    bits = raw.astype(np.uint64)
     sign = (bits >> np.uint64(31)) << np.uint64(63)
     exp = (bits >> np.uint64(23)) & np.uint64(0xFF)
     mant = bits & np.uint64(0x7FFFFF)

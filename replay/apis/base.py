@@ -20,6 +20,8 @@ from replay.errors import MalformedResponse
 if TYPE_CHECKING:
     from replay.client import ServerClient
 
+_INT32_MAX = 2**31 - 1  # token ids are int32 everywhere
+
 # The sampling every request uses (greedy, fixed length); stored in each golden.
 SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
 
@@ -36,6 +38,7 @@ class Completion:
     cached_details: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "length"
     prompt_tokens: int | None = None
+    num_retractions: int = 0  # times the scheduler retracted the request (SGLang meta_info)
 
 
 class Api(Protocol):
@@ -76,13 +79,16 @@ def malformed(request_id: str, what: str) -> MalformedResponse:
 def number(value: Any, request_id: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise malformed(request_id, f"{where} is {value!r}, not a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise malformed(request_id, f"{where} is {value!r}, too large for a float") from None
 
 
 def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
     """An int in [0, vocab_size), else MalformedResponse."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise malformed(request_id, f"{where} is {value!r}, not a token id")
-    if value < 0 or (vocab_size is not None and value >= vocab_size):
+    if value < 0 or value > _INT32_MAX or (vocab_size is not None and value >= vocab_size):
         raise malformed(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
     return value
