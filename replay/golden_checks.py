@@ -22,7 +22,7 @@ import numpy as np
 from replay.golden import Golden, RecordedRequest
 from replay.golden_layout import (
     ALLOWED_BYTES_TO_BYTES, ARRAY_DTYPES, INT32_MAX, INT32_MIN, READABLE_VERSIONS,
-    REQUEST_COLUMNS, SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, TOP_ARRAYS,
+    REQUEST_COLUMNS, SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, TOP_ARRAYS, request_columns,
 )
 
 
@@ -84,7 +84,7 @@ def schema_version(attrs: dict[str, Any]) -> int:
     raise Unreadable(f"unknown golden schema {schema!r} (this tool reads {SCHEMA})")
 
 
-def attrs_problem(attrs: dict[str, Any]) -> str | None:
+def attrs_problem(attrs: dict[str, Any], version: int) -> str | None:
     """The first thing wrong with the root attributes' shape, or None."""
     expect: dict[str, type | tuple[type, ...]] = {
         "scenario": dict, "sampling": dict, "meta": dict, "top_k": int, "request_columns": list,
@@ -98,8 +98,9 @@ def attrs_problem(attrs: dict[str, Any]) -> str | None:
             return f"attribute {key!r} must be a {typ.__name__}"  # type: ignore[union-attr]
     if attrs["top_k"] < 0:
         return "attribute 'top_k' must be >= 0"
-    if attrs["request_columns"] != list(REQUEST_COLUMNS):
-        return f"attribute 'request_columns' must be {list(REQUEST_COLUMNS)}"
+    columns = list(request_columns(version))
+    if attrs["request_columns"] != columns:
+        return f"attribute 'request_columns' must be {columns}"
     if not all(isinstance(x, str) for x in attrs["request_ids"]):
         return "request_ids must be strings"
     if not all(x is None or isinstance(x, str) for x in attrs["finish_reasons"]):
@@ -126,10 +127,10 @@ def _is_shape(value: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def vet_array_metadata(meta_path: Path, name: str, entry: dict[str, Any]) -> list[int]:
+def vet_array_metadata(meta_path: Path, name: str, entry: dict[str, Any]) -> tuple[list[int], str]:
     """Check the array's zarr.json as plain JSON before zarr instantiates anything from it:
     only numeric data types, a regular chunk grid with default chunk keys and the codecs the
-    writer uses are accepted. Returns the chunk shape."""
+    writer uses are accepted. Returns the chunk shape and the compressor's name."""
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -147,10 +148,12 @@ def vet_array_metadata(meta_path: Path, name: str, entry: dict[str, Any]) -> lis
     codecs = codecs if isinstance(codecs, list) else []
     names = [c.get("name") if isinstance(c, dict) else None for c in codecs]
     if not names or names[0] != "bytes" or any(n not in ALLOWED_BYTES_TO_BYTES for n in names[1:]):
-        raise Unreadable(f"codecs {names} refused (allowed: bytes, then zstd)")
+        raise Unreadable(f"codecs {names} refused (allowed: bytes, then zstd or blosc)")
     if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
         raise Unreadable("chunk key encoding refused (expected default with '/')")
-    return _regular_chunk_shape(meta.get("chunk_grid"), len(entry["shape"]))
+    if len(names) != 2:
+        raise Unreadable(f"codecs {names} refused (allowed: bytes, then zstd or blosc)")
+    return _regular_chunk_shape(meta.get("chunk_grid"), len(entry["shape"])), names[1]
 
 
 def _regular_chunk_shape(grid: Any, ndim: int) -> list[int]:
@@ -161,6 +164,20 @@ def _regular_chunk_shape(grid: Any, ndim: int) -> list[int]:
             or len(shape) != ndim or not all(isinstance(c, int) and c > 0 for c in shape)):
         raise Unreadable("chunk grid refused (expected a regular grid)")
     return shape
+
+
+def check_blosc_chunk(data: bytes, nbytes: int) -> None:
+    """A blosc chunk must be exactly what its 16-byte header announces: `nbytes` of data once
+    decoded, compressed into exactly the file's length. c-blosc trusts its header, so a
+    truncated or extended chunk is refused here, before it is decoded (zstd frames inside
+    blosc carry no checksum; the array's sha256 covers the data)."""
+    if len(data) < 16:
+        raise Unreadable("unreadable chunk (shorter than a blosc header)")
+    header_nbytes = int.from_bytes(data[4:8], "little")
+    header_cbytes = int.from_bytes(data[12:16], "little")
+    if header_nbytes != nbytes or header_cbytes != len(data):
+        raise Unreadable(f"unreadable chunk (blosc header says {header_nbytes} bytes in "
+                         f"{header_cbytes}, expected {nbytes} in {len(data)}: truncated or corrupt)")
 
 
 def chunk_keys(shape: list[int], chunk_shape: list[int]) -> list[str]:
@@ -288,7 +305,7 @@ def _check_request_fields(i: int, r: RecordedRequest) -> list[str]:
     problems = []
     if not isinstance(r.id, str):
         problems.append(f"request {i}: id must be a string")
-    for col in REQUEST_COLUMNS:
+    for col in (*REQUEST_COLUMNS, "num_retractions"):
         v = getattr(r, col)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             problems.append(f"request {r.id}: {col} must be an integer, got {v!r}")

@@ -1,7 +1,9 @@
-"""Golden <-> flat arrays and root attributes: the encoding of a golden, without any file I/O.
+"""Golden <-> stored arrays and root attributes: the encoding of a golden, without any file I/O.
 
-`encode_arrays`/`encode_attrs` turn an in-memory Golden into the named arrays and JSON
-attributes docs/golden-format.md describes; `assemble` turns checked arrays back into a Golden.
+`encode` turns an in-memory Golden into the logical arrays (`encode_arrays`), packs them into
+the stored arrays of the current layout (`replay.golden_pack`) and builds the JSON attributes
+docs/golden-format.md describes; `logical_arrays` undoes the packing of either layout, and
+`assemble` turns the checked logical arrays back into a Golden.
 Exactness: logprobs are stored as float32 only when every value of an array is the widening of
 a float32 bit for bit (`replay.bits.narrow_if_exact`), else as float64; reading widens on
 integer bit patterns (`replay.bits.widen_float32`), so a reader's floating-point environment
@@ -20,7 +22,10 @@ from replay.bits import narrow_if_exact, widen_float32
 from replay.errors import GoldenFormatError
 from replay.golden import Golden, RecordedRequest
 from replay.golden_checks import array_sha256, attrs_sha256, check_in_memory
-from replay.golden_layout import INT32_MAX, INT32_MIN, REQUEST_COLUMNS, SCHEMA
+from replay.golden_layout import (
+    INT32_MAX, INT32_MIN, REQUEST_COLUMNS, SCHEMA, SCHEMA_VERSION, request_columns,
+)
+from replay.golden_pack import pack, unpack
 from replay.redact import redact_secrets
 
 # ---------------------------------------------------------------------------------------------
@@ -28,8 +33,25 @@ from replay.redact import redact_secrets
 # ---------------------------------------------------------------------------------------------
 
 
+def encode(golden: Golden) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The stored arrays and root attributes of the golden in the current layout."""
+    logical = encode_arrays(golden)
+    no_top = _no_top(golden)
+    stored, extra = pack(logical, no_top)
+    return stored, encode_attrs(golden, logical, stored, extra, no_top)
+
+
+def logical_arrays(version: int, attrs: dict[str, Any],
+                   stored: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The logical arrays of a stored golden of layout `version`, or the problems found."""
+    if version >= 2:
+        return unpack(attrs, stored)
+    n = len(attrs["request_ids"])
+    return {**stored, "num_retractions": np.zeros(n, dtype=np.int32)}, []
+
+
 def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
-    """The golden's tree as flat arrays (see docs/golden-format.md). Validates the golden."""
+    """The golden's tree as flat logical arrays (docs/golden-format.md). Validates the golden."""
     reqs = golden.requests
     k = golden.top_k
     problems = check_in_memory(golden, k)
@@ -44,6 +66,7 @@ def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
         "output_ids": _concat_int32([r.output_ids for r in reqs], "output_ids"),
         "output_offsets": _offsets(len(r.output_ids) for r in reqs),
         "logprobs": narrow_if_exact(_concat_f64([r.logprobs for r in reqs], "logprobs")),
+        "num_retractions": np.array([int(r.num_retractions) for r in reqs], dtype=np.int32),
     }
     if k > 0:
         with_top = [r for r in reqs if r.top_ids is not None]
@@ -54,8 +77,15 @@ def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
     return arrays
 
 
-def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Root attributes: metadata, per-request JSON columns, array checksums, own checksum."""
+def _no_top(golden: Golden) -> list[int]:
+    k = golden.top_k
+    return [i for i, r in enumerate(golden.requests) if k > 0 and r.top_ids is None]
+
+
+def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray], stored: dict[str, np.ndarray],
+                 extra: dict[str, Any], no_top: list[int]) -> dict[str, Any]:
+    """Root attributes: metadata, per-request JSON columns, counts of the logical `arrays`,
+    checksums of the `stored` ones, the layout's `extra` attributes, their own checksum."""
     reqs = golden.requests
     k = golden.top_k
     attrs: dict[str, Any] = {
@@ -64,11 +94,11 @@ def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray]) -> dict[str, Any
         "sampling": _strict_json(golden.sampling, "sampling"),
         "meta": redact_secrets(_strict_json(_nonfinite_as_strings(golden.meta), "meta")),
         "top_k": k,
-        "request_columns": list(REQUEST_COLUMNS),
+        "request_columns": list(request_columns(SCHEMA_VERSION)),
         "request_ids": [r.id for r in reqs],
         "finish_reasons": _strict_json([r.finish_reason for r in reqs], "finish_reason"),
         "cached_tokens_details": _strict_json([r.cached_details for r in reqs], "cached_details"),
-        "no_top_requests": [i for i, r in enumerate(reqs) if k > 0 and r.top_ids is None],
+        "no_top_requests": no_top,
         "counts": {
             "groups": len(golden.prefixes),
             "requests": len(reqs),
@@ -79,8 +109,9 @@ def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray]) -> dict[str, Any
         },
         "arrays": {
             name: {"data_type": a.dtype.name, "shape": list(a.shape), "sha256": array_sha256(a)}
-            for name, a in arrays.items()
+            for name, a in stored.items()
         },
+        **extra,
     }
     attrs["attrs_sha256"] = attrs_sha256(attrs)
     return attrs
@@ -97,7 +128,7 @@ def _as_float64(values: Any, what: str) -> np.ndarray:
 
 
 def _request_table(reqs: list[RecordedRequest]) -> np.ndarray:
-    rows = [[int(getattr(r, c)) for c in REQUEST_COLUMNS] for r in reqs]
+    rows = [[int(getattr(r, c)) for c in REQUEST_COLUMNS] for r in reqs]  # the logical columns
     return np.array(rows, dtype=np.int32).reshape(len(reqs), len(REQUEST_COLUMNS))
 
 
@@ -163,7 +194,7 @@ def _nonfinite_as_strings(value: Any) -> Any:
 
 
 def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
-    """Rebuild the in-memory Golden from checked arrays (float32 widened bit-exactly)."""
+    """Rebuild the in-memory Golden from checked logical arrays (float32 widened bit-exactly)."""
     pre_off = arrays["prefix_offsets"]
     prefixes = [arrays["prefix_tokens"][pre_off[g]:pre_off[g + 1]] for g in range(len(pre_off) - 1)]
     logprobs = _as_stored_f64(arrays["logprobs"])
@@ -187,6 +218,7 @@ def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
             output_ids=arrays["output_ids"][a:b],
             logprobs=logprobs[a:b],
             cached_details=attrs["cached_tokens_details"][i],
+            num_retractions=int(arrays["num_retractions"][i]),
             finish_reason=attrs["finish_reasons"][i],
             **vals,
             **tops,

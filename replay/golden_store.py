@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, ZstdCodec
+from zarr.codecs import BloscCodec, BytesCodec
 from zarr.storage import LocalStore
 
 from replay.atomic_dir import refuse_existing, write_atomically
@@ -31,11 +31,12 @@ from replay.bits import narrow_if_exact, widen_float32
 from replay.errors import GoldenFormatError
 from replay.golden import Golden
 from replay.golden_checks import (
-    Unreadable, array_sha256, attrs_problem, attrs_sha256, check_structure, chunk_keys,
+    Unreadable, array_sha256, attrs_problem, attrs_sha256, check_blosc_chunk, check_structure,
+    chunk_keys,
     first_line, safe_attrs_sha256, schema_version, vet_array_metadata,
 )
-from replay.golden_codec import assemble, encode_arrays, encode_attrs
-from replay.golden_layout import SCHEMA, ZSTD_LEVEL, expected_arrays
+from replay.golden_codec import assemble, encode, logical_arrays
+from replay.golden_layout import BLOSC_CONFIG, SCHEMA, expected_arrays
 
 __all__ = [
     "SCHEMA", "array_sha256", "attrs_sha256", "golden_summary", "narrow_if_exact", "read_golden",
@@ -56,8 +57,7 @@ def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Pa
     given = Path(path)
     target = Path(os.path.abspath(given))  # so that `.` or `x/` still name a real sibling
     refuse_existing(target, force, "zarr.json")  # before the encoding work
-    arrays = encode_arrays(golden)
-    attrs = encode_attrs(golden, arrays)
+    arrays, attrs = encode(golden)
     write_atomically(target, lambda tmp: _write_store(tmp, arrays, attrs), force=force,
                      marker="zarr.json")
     return given
@@ -123,20 +123,21 @@ def golden_summary(path: str | Path) -> dict[str, Any]:
 
 
 def _write_store(directory: Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any]) -> None:
-    group = zarr.create_group(store=LocalStore(directory), zarr_format=3, attributes=attrs)
-    for name, data in arrays.items():
-        _write_array(group, name, data)
+    with zarr.config.set({"json_indent": None}):  # compact metadata: 2-3 kB less per golden
+        group = zarr.create_group(store=LocalStore(directory), zarr_format=3, attributes=attrs)
+        for name, data in arrays.items():
+            _write_array(group, name, data)
 
 
 def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
-    """One array, one chunk (one file), little-endian bytes, zstd with a frame checksum."""
+    """One array, one chunk (one file), little-endian bytes, then blosc: bit shuffle, zstd."""
     arr = group.create_array(
         name,
         shape=data.shape,
         dtype=data.dtype,
         chunks=tuple(max(1, n) for n in data.shape),
         filters=None,
-        compressors=[ZstdCodec(level=ZSTD_LEVEL, checksum=True)],
+        compressors=[BloscCodec(typesize=data.dtype.itemsize, **BLOSC_CONFIG)],
         serializer=BytesCodec(endian="little"),
         fill_value=0,
         config={"write_empty_chunks": True},  # an all-zero chunk must still be a file
@@ -155,12 +156,17 @@ class _Opened:
     path: Path
     group: zarr.Group
     attrs: dict[str, Any]
+    version: int  # the layout (schema version)
 
 
 def _open_and_check(where: Path, *, verify: bool) -> tuple[_Opened, dict[str, np.ndarray], list[str]]:
-    """Open, load every array, then check the structure (only when the arrays loaded cleanly)."""
+    """Open, load every stored array, turn them into the logical arrays, then check the
+    structure (each step only when the one before went cleanly)."""
     opened = _open(where, verify=verify)
-    arrays, problems = _load_arrays(opened, verify=verify)
+    stored, problems = _load_arrays(opened, verify=verify)
+    arrays: dict[str, np.ndarray] = {}
+    if not problems:
+        arrays, problems = logical_arrays(opened.version, opened.attrs, stored)
     if not problems:
         problems = check_structure(opened.attrs, arrays)
     return opened, arrays, problems
@@ -180,20 +186,20 @@ def _open(path: Path, *, verify: bool) -> _Opened:
         attrs = dict(group.attrs.asdict())
     except Exception as exc:  # noqa: BLE001 - any failure here means "not a readable group"
         raise Unreadable(f"is not a zarr v3 group ({type(exc).__name__}: {first_line(exc)})") from None
-    schema_version(attrs)
+    version = schema_version(attrs)
     if verify and attrs.get("attrs_sha256") != safe_attrs_sha256(attrs):
         raise Unreadable("metadata checksum mismatch (root zarr.json attributes edited or corrupted)")
-    problem = attrs_problem(attrs)
+    problem = attrs_problem(attrs, version)
     if problem:
         raise Unreadable(f"malformed metadata: {problem}")
-    return _Opened(path=path, group=group, attrs=attrs)
+    return _Opened(path=path, group=group, attrs=attrs, version=version)
 
 
 def _load_arrays(opened: _Opened, *, verify: bool) -> tuple[dict[str, np.ndarray], list[str]]:
     """Every expected array, each vetted, decoded and (if verify) checksummed. Problems are
     collected per array so that verify_golden can report them all."""
     arrays: dict[str, np.ndarray] = {}
-    expected = expected_arrays(opened.attrs)
+    expected = expected_arrays(opened.attrs, opened.version)
     problems = [f"array {name}: listed in the metadata but not part of this golden's layout"
                 for name in opened.attrs["arrays"] if name not in expected]
     for name in expected:
@@ -211,10 +217,16 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
     meta_path = opened.path / name / "zarr.json"
     if not meta_path.is_file():
         raise Unreadable("missing (no zarr.json)")
-    chunk_shape = vet_array_metadata(meta_path, name, entry)
-    if not all((opened.path / name / key).is_file() for key in chunk_keys(entry["shape"], chunk_shape)):
+    chunk_shape, compressor = vet_array_metadata(meta_path, name, entry)
+    chunks = [opened.path / name / key for key in chunk_keys(entry["shape"], chunk_shape)]
+    if not all(c.is_file() for c in chunks):
         # zarr would silently return fill values for a missing chunk
         raise Unreadable("chunk missing (truncated golden?)")
+    if compressor == "blosc" and chunks:  # an empty array has no chunk
+        if len(chunks) != 1 or list(chunk_shape) != list(entry["shape"]):
+            raise Unreadable("a blosc array must be one chunk")
+        check_blosc_chunk(chunks[0].read_bytes(),
+                          int(np.prod(entry["shape"])) * np.dtype(entry["data_type"]).itemsize)
     try:
         arr = opened.group[name]
         data = np.asarray(arr[...])

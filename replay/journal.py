@@ -42,6 +42,7 @@ def encode(index: int, request_id: str, c: Completion) -> dict[str, Any]:
         "output_ids": _b64(c.output_ids, "<i4"), "logprobs": _b64(c.logprobs, "<f8"),
         "cached_tokens": c.cached_tokens, "cached_details": c.cached_details,
         "finish_reason": c.finish_reason, "prompt_tokens": c.prompt_tokens,
+        "num_retractions": c.num_retractions,
     }
     if c.top_ids is not None and c.top_logprobs is not None:
         entry["top_k"] = int(c.top_ids.shape[1])
@@ -62,6 +63,7 @@ def decode(entry: dict[str, Any]) -> Completion:
         top_ids=top_ids, top_logprobs=top_lps, cached_tokens=entry["cached_tokens"],
         cached_details=entry["cached_details"], finish_reason=entry["finish_reason"],
         prompt_tokens=entry["prompt_tokens"],
+        num_retractions=int(entry.get("num_retractions", 0)),  # absent in older journals
     )
 
 

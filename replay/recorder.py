@@ -140,4 +140,5 @@ def _recorded(plan: Plan, i: int, c: Completion) -> RecordedRequest:
         output_ids=c.output_ids, logprobs=c.logprobs, top_ids=c.top_ids,
         top_logprobs=c.top_logprobs, cached_tokens=c.cached_tokens,
         cached_details=c.cached_details, finish_reason=c.finish_reason,
+        num_retractions=c.num_retractions,
     )

@@ -31,6 +31,7 @@ from replay.bits import widen_float32
 from replay.errors import MalformedResponse
 
 _NUMBER_TYPES = {float, int}
+_INT32_LIMIT = 2**31
 _FLAT_DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4", "int64": "<i8"}
 FLAT_KEY = "output_top_logprobs_val_flat"  # the flat form's marker (plus `_b64` when base64)
 
@@ -149,7 +150,7 @@ def _one_line(text: Any, limit: int = 300) -> str:
 def _token_ids(values: list[Any], request_id: str, vocab_size: int | None) -> np.ndarray:
     if set(map(type, values)) <= {int}:
         ids = np.array(values, dtype=np.int64)
-        if not ids.size or (ids.min() >= 0 and (vocab_size is None or ids.max() < vocab_size)):
+        if not ids.size or (ids.min() >= 0 and ids.max() < (vocab_size or _INT32_LIMIT)):
             return ids.astype(np.int32)
     return np.array([token_id(t, request_id, f"output_ids[{i}]", vocab_size)
                      for i, t in enumerate(values)], dtype=np.int32)
@@ -159,9 +160,13 @@ def _fast_token_logprobs(entries: list[Any], output_ids: np.ndarray) -> np.ndarr
     """The common, well-formed case in a few C-speed passes; None when anything is unusual."""
     if not entries:
         return np.zeros(0, dtype=np.float64)
-    if set(map(type, entries)) != {list} or min(map(len, entries)) < 2:
+    try:  # columns; an entry that is no list shows up in the column types below
+        columns = list(zip(*entries))
+    except TypeError:
         return None
-    values, tokens = list(zip(*entries))[:2]
+    if len(columns) < 2:
+        return None
+    values, tokens = columns[:2]
     if not set(map(type, values)) <= _NUMBER_TYPES or set(map(type, tokens)) != {int}:
         return None
     if not np.array_equal(np.array(tokens, dtype=np.int64), output_ids):
@@ -207,10 +212,13 @@ def _fast_nested_top(
         return np.zeros((0, k), np.int32), np.zeros((0, k), np.float64)
     if set(map(type, rows)) != {list} or set(map(len, rows)) != {k}:
         return None
-    flat = list(chain.from_iterable(rows))
-    if set(map(type, flat)) != {list} or min(map(len, flat)) < 2:
+    try:
+        columns = list(zip(*chain.from_iterable(rows)))
+    except TypeError:
         return None
-    values, tokens = list(zip(*flat))[:2]
+    if len(columns) < 2:
+        return None
+    values, tokens = columns[:2]
     if not set(map(type, values)) <= _NUMBER_TYPES or set(map(type, tokens)) != {int}:
         return None
     ids = np.array(tokens, dtype=np.int64).reshape(n, k)
