@@ -23,9 +23,11 @@ from replay.engine.model import HybridModel
 from replay.engine.options import EngineOptions
 from replay.engine.radix_cache import CachedTokens
 from replay.engine.sequence import Sequence
+from replay.engine.top_logprobs import output_top_fields
 
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len",
-                "top_logprobs_num", "return_text_in_logprobs")
+                "top_logprobs_num", "return_text_in_logprobs",
+                "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64")
 SAMPLING_KEYS = ("temperature", "max_new_tokens", "ignore_eos")
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
 
@@ -40,6 +42,8 @@ class GenerateArgs:
     max_new_tokens: int
     return_logprob: bool
     top_logprobs_num: int
+    flat_top: bool = False  # return_flat_raw_output_top_logprobs
+    flat_b64: bool = False  # return_flat_raw_top_logprobs_b64
 
 
 def _is_int(value: Any) -> bool:
@@ -98,8 +102,15 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
     want_logprob = _per_request(body, "return_logprob", n, batched, False)
     start_len = _per_request(body, "logprob_start_len", n, batched, -1)
     top_num = _per_request(body, "top_logprobs_num", n, batched, 0)
-    if not isinstance(body.get("return_text_in_logprobs", False), bool):
-        raise BadRequest("return_text_in_logprobs must be a boolean")
+    for key in ("return_text_in_logprobs", "return_flat_raw_output_top_logprobs",
+                "return_flat_raw_top_logprobs_b64"):
+        if not isinstance(body.get(key, False), bool):
+            raise BadRequest(f"{key} must be a boolean")
+    flat = body.get("return_flat_raw_output_top_logprobs", False)
+    flat_b64 = body.get("return_flat_raw_top_logprobs_b64", False)
+    if flat_b64 and not flat:  # SGLang's own rule (io_struct.py)
+        raise BadRequest("return_flat_raw_top_logprobs_b64 requires "
+                         "return_flat_raw_output_top_logprobs")
     requests = []
     for i in range(n):
         if not isinstance(want_logprob[i], bool):
@@ -110,7 +121,7 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
         if not _is_int(top_num[i]) or top_num[i] < 0:
             raise BadRequest("top_logprobs_num must be an integer >= 0")
         requests.append(GenerateArgs(prompts[i], _sampling(sampling[i]), want_logprob[i],
-                                     top_num[i]))
+                                     top_num[i], flat, flat_b64))
     return requests, batched
 
 
@@ -198,8 +209,8 @@ class EngineApp:
             meta["output_token_logprobs"] = [
                 [lp, tok, None] for lp, tok in zip(seq.output_logprobs, seq.output_ids)]
             if args.top_logprobs_num > 0:
-                meta["output_top_logprobs"] = [
-                    [[lp, tok, None] for tok, lp in zip(ids, lps)] for ids, lps in seq.output_top]
+                meta.update(output_top_fields(seq.output_top, args.top_logprobs_num,
+                                              flat=args.flat_top, b64=args.flat_b64))
         meta["e2e_latency"] = latency
         return {"text": "", "output_ids": list(seq.output_ids), "meta_info": meta}
 
