@@ -101,8 +101,9 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
     compared = min(n, same_ctx + 1) if token_at >= 0 else n
 
     g_lp, r_lp = golden.logprobs[:compared], replay.logprobs[:compared]
-    ulps = ulp_distance(g_lp, r_lp)
     lp_equal = same_bits(g_lp, r_lp)
+    # identical bits are 0 ULP apart: the distance is worth computing only when some differ
+    ulps = np.zeros(compared, np.int64) if lp_equal.all() else ulp_distance(g_lp, r_lp)
     with np.errstate(invalid="ignore", over="ignore"):
         abs_delta = np.abs(r_lp - g_lp)
         r = r_lp[:same_ctx] - g_lp[:same_ctx]
