@@ -13,16 +13,16 @@ still draining) is retried briefly.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import aiohttp
-import orjson
 
 from replay.errors import MalformedResponse, ServerError, UsageError
+from replay.jsonio import decode as _decode
+from replay.jsonio import encode as _encode
 
 RETRYABLE_STATUS = {429, 503}
 
@@ -86,6 +86,10 @@ class ServerClient:
 
     async def post(self, path: str, body: dict[str, Any], request_id: str) -> Any:
         """One generation-style POST within the concurrency bound; the decoded JSON answer."""
+        return _decode(await self.post_text(path, body, request_id), f"request {request_id}")
+
+    async def post_text(self, path: str, body: dict[str, Any], request_id: str) -> str:
+        """Like `post`, but the answer's text, undecoded (for adapters that decode it typed)."""
         async with self._slots:
             return await self._call("POST", path, request_id, body=body)
 
@@ -113,13 +117,13 @@ class ServerClient:
                 raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}")
             await asyncio.sleep(0.2)
 
-    async def _call(self, method: str, path: str, request_id: str, body: Any = None) -> Any:
+    async def _call(self, method: str, path: str, request_id: str, body: Any = None) -> str:
         status, text = await self.raw(method, path, request_id, body)
         if status != 200:
             raise ServerError(
                 f"request {request_id}: {self.url}{path} answered HTTP {status}: {_short(text)}"
             )
-        return _decode(text, f"request {request_id}")
+        return text
 
     async def raw(
         self, method: str, path: str, what: str, body: Any = None
@@ -150,28 +154,6 @@ class ServerClient:
             except aiohttp.ClientError as exc:
                 raise ServerError(f"{what}: connection to {self.url} failed: {_reason(exc)}") from None
         raise AssertionError("unreachable")
-
-
-def _encode(obj: Any) -> str:
-    """Request bodies as JSON text, with orjson (bodies hold only plain ints, strings, bools)."""
-    return orjson.dumps(obj).decode()
-
-
-def _decode(text: str, what: str) -> Any:
-    """JSON text to Python objects. orjson, measured 3-4x faster than the standard library on
-    /generate answers (docs/benchmarks.md); what orjson refuses goes to the standard library,
-    which also reads the non-standard NaN/Infinity literals some servers write, so exactly the
-    same answers are accepted as before."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MalformedResponse(f"{what}: response is not JSON ({exc.msg} at {exc.pos})") from None
-    except RecursionError:
-        raise MalformedResponse(f"{what}: response is not JSON (nested too deeply)") from None
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -40,8 +40,14 @@ class Connection:
 
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None) -> Completion:
-        """One generation: the adapter's request, sent, and its answer parsed strictly."""
+        """One generation: the adapter's request, sent, and its answer parsed strictly. An
+        adapter with a `parse_text` method reads the answer's text itself (typed decoding)."""
         path, body = self.api.request(input_ids, max_new_tokens, top_k)
+        parse_text = getattr(self.api, "parse_text", None)
+        if parse_text is not None:
+            text = await self.client.post_text(path, body, request_id)
+            return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                              vocab_size=vocab_size)
         raw = await self.client.post(path, body, request_id)
         return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
                               vocab_size=vocab_size)

@@ -4,8 +4,8 @@
 Side by side in one run (compare ratios: the machine is shared and noisy), for a 160-token
 answer shaped like SGLang 0.5.23's (float64 values of float32 logprobs, ids from a 150k
 vocabulary) at top-k 0, 5 and 20, with top-k nested and flat (base64):
-- golden-replay: `replay.client._decode` + `parse_completion` (strict validation);
-- the bare decoders alone (no validation): stdlib `json.loads`, `orjson.loads`, and `msgspec`
+- golden-replay: `parse_text` (typed msgspec decoding + strict validation), what the client runs;
+- the bare decoders alone (no validation): stdlib `json.loads`, `msgspec` untyped, and `orjson`
   when installed;
 - the parser of the commit before issue 13 (stdlib json + the old parser), when `--old REV` names
   a git revision to load it from (e.g. `--old 3616fb6`).
@@ -25,14 +25,13 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import numpy as np
-import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from replay.apis.sglang import parse_completion  # noqa: E402
-from replay.client import _decode  # noqa: E402
+from replay.apis.sglang import parse_text  # noqa: E402
 
 VOCAB = 151_936
 
@@ -64,7 +63,7 @@ def answer(n: int, k: int, flat: bool, seed: int = 0) -> bytes:
     elif k:
         meta["output_top_logprobs"] = [[[float(v), int(t), None] for v, t in zip(vr, tr)]
                                        for vr, tr in zip(lps[:, :k].tolist(), ids[:, :k].tolist())]
-    return orjson.dumps({"text": "", "output_ids": out, "meta_info": meta})
+    return json.dumps({"text": "", "output_ids": out, "meta_info": meta}).encode()
 
 
 def rate(fn: Callable[[], Any], positions: int, seconds: float) -> float:
@@ -107,18 +106,19 @@ def main() -> None:
     args = ap.parse_args()
     n = args.positions
     try:
-        import msgspec
-        msgspec_decode: Callable[[bytes], Any] | None = msgspec.json.Decoder().decode
+        import orjson
+        orjson_loads: Callable[[bytes], Any] | None = orjson.loads
     except ImportError:
-        msgspec_decode = None
+        orjson_loads = None
+    msgspec_decode = msgspec.json.Decoder().decode
     old = old_parser(args.old) if args.old else None
 
-    cols = ["golden-replay (decode + strict parse)"]
+    cols = ["golden-replay (`parse_text`)"]
     if old:
         cols.append(f"before ({args.old}: json + old parser)")
-    cols += ["`json.loads` alone", "`orjson.loads` alone"]
-    if msgspec_decode:
-        cols.append("`msgspec` alone")
+    cols += ["`json.loads` alone", "`msgspec` untyped alone"]
+    if orjson_loads:
+        cols.append("`orjson.loads` alone")
     print(f"positions/s, one {n}-token answer, best of 5")
     print()
     print("| top-k | form | answer bytes | " + " | ".join(cols) + " |")
@@ -129,16 +129,15 @@ def main() -> None:
             text = raw.decode()
 
             def ours() -> Any:
-                return parse_completion(_decode(text, "r"), "r", max_new_tokens=n, top_k=k,
-                                        vocab_size=VOCAB)
+                return parse_text(text, "r", max_new_tokens=n, top_k=k, vocab_size=VOCAB)
 
             fns: list[Callable[[], Any]] = [ours]
             if old:
                 fns.append(lambda: old(json.loads(text), "r", max_new_tokens=n, top_k=k,
                                        vocab_size=VOCAB) if not flat else None)
-            fns += [lambda: json.loads(text), lambda: orjson.loads(raw)]
-            if msgspec_decode:
-                fns.append(lambda: msgspec_decode(raw))
+            fns += [lambda: json.loads(text), lambda: msgspec_decode(raw)]
+            if orjson_loads:
+                fns.append(lambda: orjson_loads(raw))
             rates = [rate(f, n, args.seconds) for f in fns]
             cells = [f"{r / 1e6:.3f} M" for r in rates]
             if old and flat:

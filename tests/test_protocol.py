@@ -1,13 +1,14 @@
 """The /generate request we send and the strict parsing of what comes back."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from replay.errors import MalformedResponse
-from replay.apis.sglang import generate_body, parse_completion
+from replay.apis.sglang import generate_body, parse_completion, parse_text
 
 
 def response(n=3, k=2):
@@ -197,3 +198,28 @@ def test_any_corruption_parses_or_raises_malformed_response_never_anything_else(
         assert "g0/b1/t2" in str(exc)
         return
     assert len(c.output_ids) == 3 and c.logprobs.dtype == np.float64
+
+
+def _outcome(fn):
+    try:
+        c = fn()
+    except MalformedResponse as exc:
+        return ("error", str(exc))
+    return ("ok", c.output_ids.tolist(), c.logprobs.view(np.uint64).tolist(),
+            None if c.top_ids is None else c.top_ids.tolist(),
+            None if c.top_logprobs is None else c.top_logprobs.view(np.uint64).tolist(),
+            c.cached_tokens, c.cached_details, c.finish_reason, c.prompt_tokens, c.num_retractions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(paths, json_values)
+def test_reading_the_text_typed_agrees_with_the_untyped_parser_on_any_corruption(path, value):
+    """parse_text (typed msgspec fast path) and parse_completion give the same Completion, or the
+    same one-line error, for every corruption of a valid answer."""
+    obj = copy.deepcopy(response())
+    _set_path(obj, path, value)
+    text = json.dumps(obj)
+    from_text = _outcome(lambda: parse_text(text, "g0/b1/t2", max_new_tokens=3, top_k=2,
+                                            vocab_size=100))
+    from_obj = _outcome(lambda: parse(json.loads(text)))
+    assert from_text == from_obj

@@ -3,13 +3,15 @@ exactly, the same bits as the nested form, validated as strictly."""
 
 import base64
 import copy
+import json
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replay.apis.sglang import parse_completion
+from replay.apis.sglang import parse_completion, parse_text
 from replay.errors import MalformedResponse
+from tests.test_protocol import _outcome, _set_path
 
 TOP = [[[-0.5, 5, None], [-1.5, 9, None]], [[-0.25, 6, None], [-2.0, 1, None]],
        [[-0.125, 7, None], [-3.0, 2, None]]]
@@ -139,3 +141,22 @@ def test_any_float32_bits_are_identical_in_both_forms(values):
     top = [[[values[2 * i], 10 + i, None], [values[2 * i + 1], 20 + i, None]] for i in range(3)]
     a, b = parse(nested(top)), parse(flat(top))
     assert np.array_equal(a.top_logprobs.view(np.uint64), b.top_logprobs.view(np.uint64))
+
+
+flat_paths = st.lists(st.sampled_from([
+    "meta_info", "output_top_logprobs_val_flat_b64", "output_top_logprobs_idx_flat_b64",
+    "output_top_logprobs_val_flat_b64_dtype", "output_top_logprobs_shape",
+    "output_top_logprobs_null_prefix", "output_top_logprobs_val_flat", 0, 1]), min_size=1, max_size=3)
+flat_values = st.none() | st.booleans() | st.integers(-2, 8) | st.text(max_size=6) | st.lists(
+    st.integers(-1, 120), max_size=7) | st.lists(st.floats(allow_nan=False), max_size=7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(flat_paths, flat_values, st.booleans())
+def test_reading_flat_text_typed_agrees_with_the_untyped_parser(path, value, b64):
+    obj = flat(b64=b64)
+    _set_path(obj, path, value)
+    text = json.dumps(obj)
+    from_text = _outcome(lambda: parse_text(text, "g0/b1/t2", max_new_tokens=3, top_k=2,
+                                            vocab_size=100))
+    assert from_text == _outcome(lambda: parse(json.loads(text)))

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay.apis.base import SAMPLING, Completion
-from replay.apis.sglang_parse import parse_completion
+from replay.apis.sglang_parse import parse_completion, parse_text
 
-__all__ = ["SGLangApi", "generate_body", "parse_completion"]
+__all__ = ["SGLangApi", "generate_body", "parse_completion", "parse_text"]
 
 if TYPE_CHECKING:
     from replay.client import ServerClient
@@ -29,6 +29,12 @@ class SGLangApi:
               vocab_size: int | None) -> Completion:
         return parse_completion(obj, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
                                 vocab_size=vocab_size)
+
+    def parse_text(self, text: str, request_id: str, *, max_new_tokens: int, top_k: int,
+                   vocab_size: int | None) -> Completion:
+        """The answer read from its JSON text (typed decoding: see `sglang_parse`)."""
+        return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                          vocab_size=vocab_size)
 
     async def server_info(self, client: "ServerClient") -> dict[str, Any]:
         return await client.get_json("/server_info", fallback="/get_server_info")

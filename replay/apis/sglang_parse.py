@@ -5,8 +5,13 @@ ids inside the vocabulary, no token twice in one top-k row, counts, and `output_
 aligned with `output_ids`. Anything outside the protocol's promise raises `MalformedResponse`
 naming the request, because an answer that cannot be read exactly must never become a verdict.
 
-Speed: a well-formed answer is checked in a few C-speed passes (type sets, numpy); only when a
-pass finds something unusual does the slow path walk the entries to name the first bad one.
+Speed: `parse_text` decodes the answer's text with a typed msgspec schema, so every type is
+checked in C while decoding, then checks ids, counts and alignment with numpy. Whatever that
+fast path does not accept as a whole (a type outside the schema, an abort, a short answer,
+anything unusual) is decoded untyped and judged by `parse_completion`, the one authority on
+what is malformed and how the message reads. `parse_completion` itself checks a well-formed
+answer in a few C-speed passes (type sets, numpy); only when a pass finds something unusual does
+the slow path walk the entries to name the first bad one.
 
 Top-k comes in one of two forms, detected per answer (an older server ignores the request for
 the flat form and answers with nested lists):
@@ -22,19 +27,129 @@ from __future__ import annotations
 
 import binascii
 from itertools import chain
-from typing import Any
+from typing import Any, Optional, TypeVar, Union
 
+import msgspec
 import numpy as np
 import pybase64  # SIMD base64: 30x the standard library's decoder (docs/benchmarks.md)
 
 from replay.apis.base import Completion, malformed, number, token_id
 from replay.bits import widen_float32
 from replay.errors import MalformedResponse
+from replay.jsonio import decode
 
 _NUMBER_TYPES = {float, int}
 _INT32_LIMIT = 2**31
 _FLAT_DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4", "int64": "<i8"}
 FLAT_KEY = "output_top_logprobs_val_flat"  # the flat form's marker (plus `_b64` when base64)
+
+
+_Entry = tuple[float, int, Optional[str]]  # [logprob, token_id, text]
+_T = TypeVar("_T")
+_Maybe = Union[_T, None, msgspec.UnsetType]
+
+
+class _Finish(msgspec.Struct):
+    type: str
+
+
+class _Meta(msgspec.Struct):
+    """The meta_info keys the fast path reads (others are ignored, as by parse_completion)."""
+
+    output_token_logprobs: list[_Entry]
+    cached_tokens: int
+    finish_reason: _Finish
+    prompt_tokens: Optional[int] = None
+    num_retractions: Optional[int] = None
+    cached_tokens_details: Optional[dict[str, Any]] = None
+    output_top_logprobs: Optional[list[list[_Entry]]] = None
+    # The flat form: UNSET when absent, so that an explicit null reaches `_flat_top` as null.
+    output_top_logprobs_val_flat_b64: _Maybe[str] = msgspec.UNSET
+    output_top_logprobs_idx_flat_b64: _Maybe[str] = msgspec.UNSET
+    output_top_logprobs_val_flat_b64_dtype: _Maybe[str] = msgspec.UNSET
+    output_top_logprobs_idx_flat_b64_dtype: _Maybe[str] = msgspec.UNSET
+    output_top_logprobs_val_flat: _Maybe[list[float]] = msgspec.UNSET
+    output_top_logprobs_idx_flat: _Maybe[list[int]] = msgspec.UNSET
+    output_top_logprobs_shape: _Maybe[list[int]] = msgspec.UNSET
+    output_top_logprobs_null_prefix: _Maybe[int] = msgspec.UNSET
+
+
+class _Answer(msgspec.Struct):
+    output_ids: list[int]
+    meta_info: _Meta
+
+
+_DECODER = msgspec.json.Decoder(_Answer)
+_FLAT_FIELDS = tuple(f for f in _Meta.__struct_fields__ if f.startswith("output_top_logprobs_"))
+
+
+def parse_text(text: str | bytes, request_id: str, *, max_new_tokens: int, top_k: int,
+               vocab_size: int | None = None) -> Completion:
+    """Validate and convert one /generate answer from its JSON text."""
+    try:
+        answer = _DECODER.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        answer = None
+    fast = _typed(answer, request_id, max_new_tokens, top_k, vocab_size) if answer else None
+    if fast is not None:
+        return fast
+    return parse_completion(decode(text, f"request {request_id}"), request_id,
+                            max_new_tokens=max_new_tokens, top_k=top_k, vocab_size=vocab_size)
+
+
+def _typed(answer: _Answer, request_id: str, n: int, k: int,
+           vocab_size: int | None) -> Completion | None:
+    """The Completion of a typed answer that passes every check, else None."""
+    meta = answer.meta_info
+    ids_raw = answer.output_ids
+    counts = (meta.cached_tokens, meta.prompt_tokens or 0, meta.num_retractions or 0)
+    if (len(ids_raw) != n or meta.finish_reason.type == "abort" or min(counts) < 0
+            or len(meta.output_token_logprobs) != n):
+        return None
+    output_ids = np.array(ids_raw, dtype=np.int64)
+    limit = _INT32_LIMIT if vocab_size is None else vocab_size
+    if output_ids.size and (output_ids.min() < 0 or output_ids.max() >= limit):
+        return None
+    if n:
+        values, tokens, _ = zip(*meta.output_token_logprobs)
+        if list(tokens) != ids_raw:
+            return None
+        logprobs = np.array(values, dtype=np.float64)
+    else:
+        logprobs = np.zeros(0, dtype=np.float64)
+    top_ids = top_lps = None
+    if k > 0:
+        if meta.output_top_logprobs_val_flat_b64 is not msgspec.UNSET \
+                or meta.output_top_logprobs_val_flat is not msgspec.UNSET:
+            flat = {f: getattr(meta, f) for f in _FLAT_FIELDS
+                    if getattr(meta, f) is not msgspec.UNSET}
+            top_ids, top_lps = _flat_top(flat, request_id, n, k, vocab_size)
+        else:
+            rows = meta.output_top_logprobs
+            if rows is None or len(rows) != n or (n and set(map(len, rows)) != {k}):
+                return None
+            if n:  # types were checked while decoding
+                values, tokens, _ = zip(*chain.from_iterable(rows))
+                ids = np.array(tokens, dtype=np.int64).reshape(n, k)
+                if not _ids_ok(ids, vocab_size):
+                    return None
+                top_ids = ids.astype(np.int32)
+                top_lps = np.array(values, dtype=np.float64).reshape(n, k)
+            else:
+                top_ids, top_lps = np.zeros((0, k), np.int32), np.zeros((0, k), np.float64)
+    details = meta.cached_tokens_details or {}
+    return Completion(
+        output_ids=output_ids.astype(np.int32),
+        logprobs=logprobs,
+        top_ids=top_ids,
+        top_logprobs=top_lps,
+        cached_tokens=meta.cached_tokens,
+        cached_details={key: int(v) for key, v in details.items()
+                        if isinstance(v, int) and not isinstance(v, bool)},
+        finish_reason=meta.finish_reason.type,
+        prompt_tokens=meta.prompt_tokens,
+        num_retractions=meta.num_retractions or 0,
+    )
 
 
 def parse_completion(
@@ -151,7 +266,8 @@ def _one_line(text: Any, limit: int = 300) -> str:
 def _token_ids(values: list[Any], request_id: str, vocab_size: int | None) -> np.ndarray:
     if set(map(type, values)) <= {int}:
         ids = np.array(values, dtype=np.int64)
-        if not ids.size or (ids.min() >= 0 and ids.max() < (vocab_size or _INT32_LIMIT)):
+        limit = _INT32_LIMIT if vocab_size is None else vocab_size
+        if not ids.size or (ids.min() >= 0 and ids.max() < limit):
             return ids.astype(np.int32)
     return np.array([token_id(t, request_id, f"output_ids[{i}]", vocab_size)
                      for i, t in enumerate(values)], dtype=np.int32)
@@ -229,8 +345,9 @@ def _fast_nested_top(
 
 
 def _ids_ok(ids: np.ndarray, vocab_size: int | None) -> bool:
-    """In the vocabulary and distinct within each row."""
-    if ids.size and (ids.min() < 0 or (vocab_size is not None and ids.max() >= vocab_size)):
+    """In the vocabulary (and int32) and distinct within each row."""
+    limit = _INT32_LIMIT if vocab_size is None else vocab_size
+    if ids.size and (ids.min() < 0 or ids.max() >= limit):
         return False
     if ids.shape[1] > 1:
         ordered = np.sort(ids, axis=1)
@@ -295,9 +412,9 @@ def _flat_top(meta: dict[str, Any], request_id: str, n: int, k: int,
         if arr.size != rows * width:
             raise malformed(request_id, f"output_top_logprobs_{name}_flat holds {arr.size} "
                                         f"values for shape [{rows}, {width}]")
-    ids = idx.astype(np.int64).reshape(rows, width)
+    ids = idx.reshape(rows, width)  # int32 as sent (sorting int32 is the cheaper check)
     if not _ids_ok(ids, vocab_size):
-        _name_bad_id(ids, request_id, vocab_size, prefix)
+        _name_bad_id(ids.astype(np.int64), request_id, vocab_size, prefix)
     values = (widen_float32(vals) if vals.dtype == np.float32 else vals.astype(np.float64))
     if prefix == 0 and width == k:
         return ids.astype(np.int32), values.reshape(rows, width)
