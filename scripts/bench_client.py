@@ -9,9 +9,12 @@
    difference in positions by the difference in CPU seconds. The golden is recorded first
    against the same stub (`golden record`), so every replayed answer is identical and judged
    in full.
+   With `--baseline DIR` the same measurement runs, in the same run, with the `golden` of
+   another checkout (e.g. the commit before this work), which asks for nested top-k.
 2. Diff: positions/s of replay.diff.diff_outputs versus a per-position Python loop.
 
 Usage: python3 scripts/bench_client.py [--requests 64 512] [--positions 256] [--concurrency 32]
+                                       [--baseline /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -105,16 +108,16 @@ def wait_up(port: int) -> None:
     raise RuntimeError("stub did not start")
 
 
-def golden_process(args: list[str]) -> tuple[float, int]:
-    """CPU seconds (user + system) and exit code of one `golden` subprocess."""
-    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+def golden_process(args: list[str], repo: Path) -> tuple[float, int]:
+    """CPU seconds (user + system) and exit code of one `golden` subprocess of checkout `repo`."""
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=repo,
+                            stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(repo)})
     _, status, usage = os.wait4(proc.pid, 0)
     return usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status)
 
 
 def whole_client(requests: list[int], n: int, k: int, nested_only: bool, concurrency: int,
-                 work: Path) -> tuple[float, list[float]]:
+                 work: Path, repo: Path = REPO) -> tuple[float, list[float]]:
     """Positions per client CPU-second beyond start-up, and the CPU seconds of each size."""
     port = free_port()
     stub = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--positions",
@@ -131,12 +134,12 @@ def whole_client(requests: list[int], n: int, k: int, nested_only: bool, concurr
             golden = work / f"g{r}-{k}.zarr"
             _, rc = golden_process(["record", "--server", url, "--scenario", str(scenario),
                                     "--out", str(golden), "--force", "-q", "--concurrency",
-                                    str(concurrency)])
+                                    str(concurrency)], repo)
             if rc != 0:
                 raise RuntimeError(f"record exited {rc}")
             seconds, rc = golden_process(["replay", str(golden), "--server", url, "-q",
                                           "--concurrency", str(concurrency),
-                                          "--expect-cache", "none"])
+                                          "--expect-cache", "none"], repo)
             if rc != 0:
                 raise RuntimeError(f"replay exited {rc}")
             cpu.append(seconds)
@@ -180,6 +183,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, nargs=2, default=[64, 512])
     ap.add_argument("--positions", type=int, default=256)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--baseline", type=Path, help="another checkout to measure beside this one")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--k", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--nested-only", action="store_true", help=argparse.SUPPRESS)
@@ -189,14 +193,19 @@ def main() -> None:
         return
     n = args.positions
     small, big = args.requests
-    print(f"| top-k | form | replay CPU s ({small} req) | replay CPU s ({big} req) | "
+    print(f"| client | top-k | form | replay CPU s ({small} req) | replay CPU s ({big} req) | "
           "positions per CPU-second beyond start-up |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    runs = [("this checkout", REPO, k, nested) for k, nested in ((0, False), (20, False), (20, True))]
+    if args.baseline:
+        runs += [(f"baseline {args.baseline}", args.baseline.resolve(), k, False) for k in (0, 20)]
     with tempfile.TemporaryDirectory() as d:
-        for k, nested_only in ((0, False), (20, False), (20, True)):
-            rate, cpu = whole_client(args.requests, n, k, nested_only, args.concurrency, Path(d))
-            form = "-" if k == 0 else ("nested" if nested_only else "flat b64")
-            print(f"| {k} | {form} | {cpu[0]:.2f} | {cpu[1]:.2f} | {rate:,.0f} |", flush=True)
+        for label, repo, k, nested_only in sorted(runs, key=lambda r: (r[2], r[3], r[0])):
+            rate, cpu = whole_client(args.requests, n, k, nested_only, args.concurrency, Path(d),
+                                     repo)
+            form = "-" if k == 0 else ("nested" if nested_only or repo != REPO else "flat b64")
+            print(f"| {label} | {k} | {form} | {cpu[0]:.2f} | {cpu[1]:.2f} | {rate:,.0f} |",
+                  flush=True)
     print()
     print("| diff | positions/s |")
     print("| --- | --- |")

@@ -5,6 +5,8 @@ Side by side in one run (compare ratios: the machine is shared and noisy), for a
 answer shaped like SGLang 0.5.23's (float64 values of float32 logprobs, ids from a 150k
 vocabulary) at top-k 0, 5 and 20, with top-k nested and flat (base64):
 - golden-replay: `parse_text` (typed msgspec decoding + strict validation), what the client runs;
+- the alternative that was measured against it: `orjson.loads` + `parse_completion` (the untyped
+  strict parser), when orjson is installed;
 - the bare decoders alone (no validation): stdlib `json.loads`, `msgspec` untyped, and `orjson`
   when installed;
 - the parser of the commit before issue 13 (stdlib json + the old parser), when `--old REV` names
@@ -31,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from replay.apis.sglang import parse_text  # noqa: E402
+from replay.apis.sglang import parse_completion, parse_text  # noqa: E402
 
 VOCAB = 151_936
 
@@ -114,6 +116,8 @@ def main() -> None:
     old = old_parser(args.old) if args.old else None
 
     cols = ["golden-replay (`parse_text`)"]
+    if orjson_loads:
+        cols.append("orjson + untyped parser")
     if old:
         cols.append(f"before ({args.old}: json + old parser)")
     cols += ["`json.loads` alone", "`msgspec` untyped alone"]
@@ -132,6 +136,9 @@ def main() -> None:
                 return parse_text(text, "r", max_new_tokens=n, top_k=k, vocab_size=VOCAB)
 
             fns: list[Callable[[], Any]] = [ours]
+            if orjson_loads:
+                fns.append(lambda: parse_completion(orjson_loads(raw), "r", max_new_tokens=n,
+                                                    top_k=k, vocab_size=VOCAB))
             if old:
                 fns.append(lambda: old(json.loads(text), "r", max_new_tokens=n, top_k=k,
                                        vocab_size=VOCAB) if not flat else None)
@@ -141,7 +148,7 @@ def main() -> None:
             rates = [rate(f, n, args.seconds) for f in fns]
             cells = [f"{r / 1e6:.3f} M" for r in rates]
             if old and flat:
-                cells[1] = "(no flat form)"
+                cells[2 if orjson_loads else 1] = "(no flat form)"
             print(f"| {k} | {'flat b64' if flat else 'nested'} | {len(raw):,} | "
                   + " | ".join(cells) + " |")
 
