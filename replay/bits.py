@@ -24,9 +24,7 @@ def widen_float32(values: np.ndarray) -> np.ndarray:
     subnormals, infinities or NaNs (the usual case) take the hardware cast, which is exact for
     them in any mode."""
     raw = np.ascontiguousarray(values, dtype="<f4").view("<u4")
-    magnitude = raw & np.uint32(0x7FFFFFFF)
-    if not ((magnitude - np.uint32(1) < np.uint32(0x7FFFFF))
-            | (magnitude >= np.uint32(0x7F800000))).any():
+    if not has_float32_specials(raw.view("<f4")):
         return raw.view("<f4").astype(np.float64).reshape(np.shape(values))
     bits = raw.astype(np.uint64)
     sign = (bits >> np.uint64(31)) << np.uint64(63)
@@ -45,6 +43,17 @@ def widen_float32(values: np.ndarray) -> np.ndarray:
     out_mant = np.where(sub, sub_mant, out_mant)
     result = sign | (out_exp << np.uint64(52)) | out_mant
     return result.astype("<u8").view("<f8").astype(np.float64).reshape(np.shape(values))
+
+
+def has_float32_specials(values: np.ndarray) -> bool:
+    """Does the float32 array hold a subnormal, an infinity or a NaN? Without them, the
+    hardware's float32 -> float64 cast is exact in any floating-point mode (it is what
+    `widen_float32` then uses). Decided on integer bit patterns, in place where possible."""
+    magnitude = np.ascontiguousarray(values, dtype="<f4").view("<u4") & np.uint32(0x7FFFFFFF)
+    magnitude -= np.uint32(1)  # zero wraps to 0xFFFFFFFF: -1 once read as signed
+    special = magnitude < np.uint32(0x7FFFFF)  # subnormals (unsigned)
+    special |= magnitude.view(np.int32) >= 0x7F7FFFFF  # infinities and NaNs (signed)
+    return bool(special.any())
 
 
 def fits_float32(values: np.ndarray) -> np.ndarray:

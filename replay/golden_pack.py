@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.bits import narrow_if_exact, same_bits, widen_float32
+from replay.bits import has_float32_specials, narrow_if_exact, same_bits, widen_float32
 from replay.golden_layout import REQUEST_COLUMNS_V1, REQUEST_COLUMNS_V2
 
 _V1_WIDTH = len(REQUEST_COLUMNS_V1)
@@ -116,7 +116,10 @@ def _unpack_top(attrs: dict[str, Any], stored: dict[str, np.ndarray],
     ids[:, 0] = flat_ids[pos]
     vals[:, 0] = _as_f64(flat_lps)[pos]
     ids[:, 1:] = rest_ids
-    vals[:, 1:] = _as_f64(rest_lps)
+    if rest_lps.dtype == np.float32 and not has_float32_specials(rest_lps):
+        vals[:, 1:] = rest_lps  # the hardware cast, exact without specials (replay.bits)
+    else:
+        vals[:, 1:] = _as_f64(rest_lps)
     exceptions = attrs.get("top1_exceptions")
     if not isinstance(exceptions, list):
         return ["attribute top1_exceptions must be a list"]
