@@ -129,7 +129,7 @@ def whole_client(requests: list[int], n: int, k: int, nested_only: bool, concurr
         for r in requests:
             scenario = work / f"s{r}.toml"
             scenario.write_text(f"groups = {r}\nbranches = 1\nprefix_len = 64\nsuffix_len = 16\n"
-                                f"turns = 1\nturn_suffix_len = 8\nmax_new_tokens = {n}\n"
+                                f"turns = 0\nturn_suffix_len = 8\nmax_new_tokens = {n}\n"
                                 f"top_k = {k}\ntoken_hi = 4000\n")
             golden = work / f"g{r}-{k}.zarr"
             _, rc = golden_process(["record", "--server", url, "--scenario", str(scenario),
