@@ -22,7 +22,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from replay.engine.config import ModelConfig
-from replay.engine.exact import F32, ExactMath, Workspace, linear, tree_sum_
+from replay.engine.exact import F32, ExactMath, Workspace, linear, linear_split_k, tree_sum_
 from replay.engine.weights import AttnWeights, MLPWeights, SSMWeights, make_weights
 
 CPU_CHUNK_ELEMS = 1 << 19  # 2 MiB of products: measured fastest on a 2-core EPYC (L2 512 KiB, L3 32 MiB)
@@ -47,11 +47,15 @@ class ForwardItem:
     start: int  # position of tokens[0] = tokens already processed
     past_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per attn layer: K, V [start, n_kv_heads, head_dim]
     ssm: list[SSMState]  # per ssm layer: state after `start` tokens
+    logprob_rows: int = 1  # trailing new tokens whose next-token logprobs are wanted (prompt logprobs)
+    k_splits: int = 1  # > 1: the MLP down projection of these tokens reduces split-K (a fault)
 
 
 @dataclass
 class ForwardResult:
     logprobs: torch.Tensor  # float32 [vocab]: log-softmax after the last new token
+    logits: torch.Tensor  # float32 [vocab]: the raw logits after the last new token
+    row_logprobs: torch.Tensor  # float32 [logprob_rows, vocab]: log-softmax after each wanted token
     new_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per attn layer: K, V [T, n_kv_heads, head_dim]
     ssm: list[SSMState]  # per ssm layer: state after start + T tokens
 
@@ -168,12 +172,17 @@ class HybridModel:
                     per_item.append(state)
                 ssm_index += 1
             hidden = hidden + mixed
-            hidden = hidden + self._mlp(self._math.rms_norm(hidden, layer.mlp.norm), layer.mlp, workspace)
-        last_rows = torch.tensor([o + n - 1 for o, n in zip(batch.offsets, batch.lengths)], device=self.device)
-        final = self._math.rms_norm(hidden[last_rows], w.final_norm)
-        logprobs = self._math.log_softmax(linear(final, w.lm_head, workspace)).unbind(0)
+            hidden = hidden + self._mlp(self._math.rms_norm(hidden, layer.mlp.norm), layer.mlp, batch, workspace)
+        wanted = [min(item.logprob_rows, n) for item, n in zip(items, batch.lengths)]
+        rows = torch.tensor([r for o, n, k in zip(batch.offsets, batch.lengths, wanted)
+                             for r in range(o + n - k, o + n)], device=self.device)
+        logits = linear(self._math.rms_norm(hidden[rows], w.final_norm), w.lm_head, workspace)
+        logprobs = self._math.log_softmax(logits).split(wanted)
+        logits = logits.split(wanted)
         return [
-            ForwardResult(logprobs=logprobs[i], new_kv=new_kv[i], ssm=new_ssm[i]) for i in range(len(items))
+            ForwardResult(logprobs=logprobs[i][-1], logits=logits[i][-1], row_logprobs=logprobs[i],
+                          new_kv=new_kv[i], ssm=new_ssm[i])
+            for i in range(len(items))
         ]
 
     def _layout(self, items: list[ForwardItem], workspace: Workspace) -> _Batch:
@@ -276,6 +285,8 @@ class HybridModel:
         where = f"forward item {index}"
         if item.tokens.dim() != 1 or item.tokens.shape[0] < 1 or item.tokens.dtype != torch.int64:
             raise ValueError(f"{where}: tokens must be a non-empty 1-D int64 tensor")
+        if item.logprob_rows < 1 or item.k_splits < 1:
+            raise ValueError(f"{where}: logprob_rows and k_splits must be >= 1")
         if item.start < 0 or item.start + item.tokens.shape[0] > c.max_context:
             raise ValueError(
                 f"{where}: positions {item.start}..{item.start + item.tokens.shape[0] - 1} "
@@ -297,11 +308,15 @@ class HybridModel:
 
     # ------------------------------------------------------------------ MLP
 
-    def _mlp(self, x: torch.Tensor, w: MLPWeights, workspace: Workspace) -> torch.Tensor:
+    def _mlp(self, x: torch.Tensor, w: MLPWeights, batch: _Batch, workspace: Workspace) -> torch.Tensor:
         gate_up = linear(x, w.gate_up, workspace)
         d_ff = self.config.d_ff
         act = self._math.silu(gate_up[:, :d_ff]).mul_(gate_up[:, d_ff:])
-        return linear(act, w.down, workspace)
+        out = linear(act, w.down, workspace)
+        for item, offset, n in zip(batch.items, batch.offsets, batch.lengths):
+            if item.k_splits > 1:
+                out[offset : offset + n] = linear_split_k(act[offset : offset + n], w.down, item.k_splits)
+        return out
 
     # ------------------------------------------------------------------ attention
 
