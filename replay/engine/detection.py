@@ -27,6 +27,8 @@ from replay.scenario import ScenarioSpec, build_plan
 
 # The profile a fault needs to be reachable; every other fault runs on `hicache`.
 FAULT_PROFILES = {"write-back-early-evict": "hicache-write-back"}
+# Faults on a path a golden replay never takes: it asks for output logprobs only.
+BEYOND_REPLAY = frozenset({"prompt-logprobs-stale-buffer"})
 CLIENT = ClientOptions(concurrency=16)
 
 
