@@ -5,7 +5,10 @@ share a `forward` call and however its tokens are split across calls (with past 
 carried over, as a prefix-cache hit does). It holds because every operation is either row-wise
 (linear layers via `exact.linear`, norms, elementwise math), per item (attention), or a fixed
 sequential recurrence (SSM), and every reduction is a halving tree whose result does not depend on
-zero padding (`exact.tree_sum_`).
+zero padding (`exact.tree_sum_`). An item can ask for the logprobs after each of its last
+`logprob_rows` tokens (prompt logprobs): the same row-wise lm-head and log-softmax, so a prompt
+position scores exactly as a decode step at that position would. `k_splits > 1` exists only for
+the split-k-by-extend fault and deliberately breaks the contract for that item's rows.
 
 Layer: h += mixer(rms_norm(h)); h += mlp(rms_norm(h)), mixer = GQA attention with RoPE or a
 Mamba2-like SSM (causal depthwise conv, silu, per-head gated decay a_t = sigmoid(g_t + bias),
