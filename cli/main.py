@@ -71,6 +71,7 @@ def exits_cleanly(fn: F) -> F:
 ServerOpt = typer.Option(None, "--server", help="Base URL of an SGLang-protocol server, e.g. http://127.0.0.1:30000.", show_default=False)
 LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
 ModelOpt = typer.Option(None, "--model", help="Model path for --launch profiles that need one.", show_default=False)
+AttentionOpt = typer.Option(None, "--attention-backend", help="Attention backend for --launch SGLang profiles (default: fa4 on Blackwell, fa3 on Hopper, triton elsewhere; docs/profiles.md).", show_default=False)
 LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
 ConcurrencyOpt = typer.Option(16, "--concurrency", help="Requests in flight at once.")
 ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag (see docs/scenarios.md).")
@@ -78,6 +79,11 @@ TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one requ
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar (for CI logs).")
 ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
+
+
+def say(line: str) -> None:
+    """A launch announcement (e.g. the pinned attention backend), on stderr even with --quiet."""
+    render.err.print(line, markup=False)
 
 
 async def use_api(client: ServerClient, name: str, *, reference: bool = False) -> None:
@@ -92,6 +98,7 @@ def record_cmd(
     server: str = ServerOpt,
     launch: str = LaunchOpt,
     model: str = ModelOpt,
+    attention_backend: str = AttentionOpt,
     log_dir: Path = LogDirOpt,
     scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name (see `golden scenarios`) or a TOML file."),
     out: Path = typer.Option(None, "--out", help="Golden to write: a NAME.zarr directory.", show_default=False),
@@ -114,7 +121,7 @@ def record_cmd(
                           log_dir=log_dir, server_arg=[], policy="exact", dry_run=False,
                           report_dir=None, check_determinism=check_determinism,
                           schedule=schedule, concurrency=concurrency, timeout=timeout,
-                          api_key=api_key, quiet=quiet)
+                          api_key=api_key, quiet=quiet, attention_backend=attention_backend)
         return
     if out is None:
         raise UsageError("give --out PATH.zarr (or --update DIR to re-record a directory)")
@@ -141,7 +148,8 @@ def record_cmd(
                 return await record(client, plan, options, progress=tick)
 
     try:
-        with server_for(server, launch, model, log_dir) as url:
+        with server_for(server, launch, model, log_dir, attention_backend=attention_backend,
+                        notify=say) as url:
             golden = aio.run(go(url))
     except NonDeterministicReference as exc:
         journal.unlink(missing_ok=True)
@@ -162,6 +170,7 @@ def replay_cmd(
     server: str = ServerOpt,
     launch: str = LaunchOpt,
     model: str = ModelOpt,
+    attention_backend: str = AttentionOpt,
     log_dir: Path = LogDirOpt,
     shard: str = typer.Option(None, "--shard", help="Replay only shard i of n (whole groups), e.g. 2/4.", show_default=False),
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
@@ -173,6 +182,7 @@ def replay_cmd(
     expect_cache: str = typer.Option("auto", "--expect-cache", help="auto | none | any | attention | mamba:INTERVAL (docs/report.md)."),
     require_tier: str = typer.Option(None, "--require-tier", help="Fail unless some hits came from this tier: host | storage.", show_default=False),
     allow_model_mismatch: bool = typer.Option(False, "--allow-model-mismatch", help="Replay even if the server's model differs from the golden's."),
+    allow_numerics_mismatch: bool = typer.Option(False, "--allow-numerics-mismatch", help="Replay even if the server's numerics settings (attention backend, page size, dtype...) differ from the reference's."),
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
@@ -181,14 +191,15 @@ def replay_cmd(
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit."""
     options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
-                             allow_model_mismatch)
+                             allow_model_mismatch, allow_numerics_mismatch)
     if shard is not None:
         parse_shard(shard)
     if (server is None) == (launch is None):
         raise UsageError("give exactly one of --server URL or --launch PROFILE")
     code = run_replay(golden_path, server, options, client_options(concurrency, timeout, api_key),
                       report_path=report, junit_path=junit, html_path=html, quiet=quiet,
-                      launch=launch, model=model, log_dir=log_dir, shard=shard, api=api)
+                      launch=launch, model=model, log_dir=log_dir, shard=shard, api=api,
+                      attention_backend=attention_backend)
     raise typer.Exit(code)
 
 
@@ -196,7 +207,8 @@ def run_replay(golden_path: Path, server: str | None, options: ReplayOptions, co
                *, report_path: Path | None, junit_path: Path | None, quiet: bool,
                html_path: Path | None = None, launch: str | None = None, model: str | None = None,
                log_dir: Path = Path("golden-logs"), shard: str | None = None,
-               fault: str | None = None, api: str = "auto") -> int:
+               fault: str | None = None, api: str = "auto",
+               attention_backend: str | None = None) -> int:
     """Replay, print, write the report files; returns the exit code. Shared by replay and demo."""
     name = str(golden_path)
     where = redact_url(server) if server else f"profile {launch}"
@@ -204,7 +216,8 @@ def run_replay(golden_path: Path, server: str | None, options: ReplayOptions, co
         golden = read_golden(golden_path)
         if shard:
             golden = shard_golden(golden, shard)
-        with server_for(server, launch, model, log_dir, fault=fault) as url:
+        with server_for(server, launch, model, log_dir, fault=fault,
+                        attention_backend=attention_backend, notify=say) as url:
             async def go() -> Any:
                 async with ServerClient(url, copts) as client:
                     await use_api(client, api)

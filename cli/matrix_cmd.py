@@ -28,6 +28,7 @@ def matrix(
     golden_path: Path = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`."),
     launch: list[str] = typer.Option(..., "--launch", help="A launch profile (name or TOML file); repeat for each configuration.", show_default=False),
     model: str = typer.Option(None, "--model", help="Model for profiles that need one (SGLang: a path or hub id).", show_default=False),
+    attention_backend: str = typer.Option(None, "--attention-backend", help="Attention backend for SGLang profiles (default: per GPU, docs/profiles.md).", show_default=False),
     report: Path = typer.Option(None, "--report", help="Write the matrix JSON report here (docs/ci.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here: one testsuite per profile.", show_default=False),
     policy: str = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N."),
@@ -36,6 +37,7 @@ def matrix(
     expect_cache: str = typer.Option("auto", "--expect-cache", help="auto | none | attention | mamba:INTERVAL (auto: per server)."),
     require_tier: str = typer.Option(None, "--require-tier", help="Fail a profile unless some hits came from this tier: host | storage.", show_default=False),
     allow_model_mismatch: bool = typer.Option(False, "--allow-model-mismatch", help="Replay even if a server's model differs from the golden's."),
+    allow_numerics_mismatch: bool = typer.Option(False, "--allow-numerics-mismatch", help="Replay even if a server's numerics settings differ from the reference's."),
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Server logs go here, one PROFILE.log each."),
     shard: str = typer.Option(None, "--shard", help="Replay only shard i of n (whole groups), e.g. 2/4.", show_default=False),
     fault: str = typer.Option(None, "--fault", help="Inject this fault (embedded-engine profiles only).", show_default=False),
@@ -45,11 +47,13 @@ def matrix(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs)."),
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
-    options = replay_options(policy, schedule, repeat, require_tier, expect_cache, allow_model_mismatch)
+    options = replay_options(policy, schedule, repeat, require_tier, expect_cache, allow_model_mismatch,
+                             allow_numerics_mismatch)
     copts = client_options(concurrency, timeout)
     if shard is not None:
         parse_shard(shard)
-    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg))
+    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg),
+                              attention_backend=attention_backend)
 
     def notify(line: str) -> None:
         if not quiet:

@@ -18,7 +18,8 @@ def client_options(concurrency: int, timeout: float, api_key: str | None) -> Cli
 
 
 def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,
-                   expect_cache: str, allow_model_mismatch: bool) -> ReplayOptions:
+                   expect_cache: str, allow_model_mismatch: bool,
+                   allow_numerics_mismatch: bool = False) -> ReplayOptions:
     """`--policy`, `--schedule`, `--repeat`, `--require-tier`... checked and combined."""
     parsed = Policy.parse(policy)
     check_schedule(schedule)
@@ -27,4 +28,5 @@ def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | 
     if require_tier not in (None, "host", "storage", "device"):
         raise UsageError(f"invalid --require-tier {require_tier!r}: use host or storage")
     return ReplayOptions(policy=parsed, schedule=schedule, repeat=repeat, expect_cache=expect_cache,
-                         require_tier=require_tier, allow_model_mismatch=allow_model_mismatch)
+                         require_tier=require_tier, allow_model_mismatch=allow_model_mismatch,
+                         allow_numerics_mismatch=allow_numerics_mismatch)

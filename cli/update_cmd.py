@@ -36,6 +36,7 @@ def update(
     server: str = typer.Option(None, "--server", help="Base URL of a running reference server.", show_default=False),
     launch: str = typer.Option(None, "--launch", help="Launch this profile instead (e.g. sglang-reference).", show_default=False),
     model: str = typer.Option(None, "--model", help="Model for profiles that need one.", show_default=False),
+    attention_backend: str = typer.Option(None, "--attention-backend", help="Attention backend for SGLang profiles (default: per GPU, docs/profiles.md).", show_default=False),
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Where a launched server writes its log."),
     server_arg: list[str] = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat).", show_default=False),
     policy: str = typer.Option("exact", "--policy", help="What counts as a change: exact | kl:THRESHOLD | ulp:N."),
@@ -69,7 +70,9 @@ def update(
 
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)
-    with server_for(server, launch, model, log_dir, extra_args=tuple(server_arg)) as url:
+    with server_for(server, launch, model, log_dir, extra_args=tuple(server_arg),
+                    attention_backend=attention_backend,
+                    notify=lambda line: render.err.print(line, markup=False)) as url:
         if not quiet:
             render.err.print(f"re-recording goldens under {directory} from {redact_url(url)}", markup=False)
         results = update_goldens(directory, url, options=options, client_options=copts, notify=shown)

@@ -23,8 +23,21 @@ from typing import Any
 
 from replay.errors import UsageError
 
-HYBRID_MARKERS = ("mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next",
-                  "falcon_h1", "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "bamba")
+# Fallback only, for servers older than 0.5.23 (which report `uses_mamba_radix_cache`): substrings
+# of the lowercased model_type, architectures and model path of hybrid (Mamba / linear-attention)
+# models, from SGLang 0.5.23's hybrid architectures (arg_groups/overrides.py, configs/).
+HYBRID_MARKERS = (
+    "mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next", "falcon_h1",
+    "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "zaya", "bamba",
+    "inkling",  # the seed's model: model_type inkling_model, InklingForConditionalGeneration
+    "kimi_linear", "kimilinear", "kimi_k3", "kimik3", "bailing_hybrid", "bailingmoev2_5",
+    "bailingmoev3", "bailing_moe_v3", "qwen3_5", "qwen3.5", "qwen4exp", "qwen4_exp",
+    "interns2", "intern_s2", "minicpmv4_6", "minicpmv4_7", "jetnemotron", "jet_nemotron",
+    "jetvlm", "jet_vlm", "glm5next", "glm5_next", "gigachat3_5", "gigachat35",
+)
+# Mamba radix cache strategies that keep SSM states at track boundaries (every
+# `mamba_track_interval` tokens); `no_buffer` keeps one only where a request finished.
+TRACKING_STRATEGIES = ("extra_buffer", "extra_buffer_lazy", "auto")
 
 
 @dataclass(frozen=True)
@@ -95,22 +108,42 @@ def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[s
 
 
 def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
-    """Derive the expectation from what the server reports about itself."""
+    """Derive the expectation from what the server reports about itself.
+
+    A hybrid model is recognised by SGLang's own resolution (`uses_mamba_radix_cache`, 0.5.23);
+    model-name markers are the fallback for servers that do not report it. A hybrid server
+    tracking states every `mamba_track_interval` tokens gets `mamba:I`; one with the `no_buffer`
+    strategy keeps a state only where a request finished (less a replay lag), so only `any`
+    reuse can be asked of it.
+    """
     if server_info.get("disable_radix_cache"):
         return CacheExpectation("none")
     suggested = server_info.get("expect_cache_auto")
     if suggested in ("none", "any"):
         return CacheExpectation(suggested)
     page = _positive(server_info.get("page_size"), 1)
+    interval = _positive(server_info.get("mamba_track_interval"), 0)
+    if not is_hybrid(server_info, model_info):
+        return CacheExpectation("attention", page_size=page)
+    strategy = server_info.get("mamba_radix_cache_strategy")
+    if strategy is not None and strategy not in TRACKING_STRATEGIES:
+        return CacheExpectation("any")
+    if interval:
+        return CacheExpectation("mamba", page_size=page, interval=interval)
+    return CacheExpectation("any")
+
+
+def is_hybrid(server_info: dict[str, Any], model_info: dict[str, Any]) -> bool:
+    """SGLang's own answer when the server gives one, else the model-name markers."""
+    reported = server_info.get("uses_mamba_radix_cache")
+    if isinstance(reported, bool):
+        return reported
     described = " ".join(
         str(x).lower()
         for x in (model_info.get("model_type"), model_info.get("architectures"),
                   model_info.get("model_path"), server_info.get("model_path"))
     )
-    interval = _positive(server_info.get("mamba_track_interval"), 0)
-    if interval and any(m in described for m in HYBRID_MARKERS):
-        return CacheExpectation("mamba", page_size=page, interval=interval)
-    return CacheExpectation("attention", page_size=page)
+    return bool(server_info.get("mamba_track_interval")) and any(m in described for m in HYBRID_MARKERS)
 
 
 def _positive(value: Any, default: int) -> int:

@@ -32,22 +32,26 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, ContextManager
 
 from replay.errors import GoldenError, ServerError, UsageError
+from replay.gpu import choose_attention_backend
 from replay.redact import redact_text
 
 LOOPBACK = "127.0.0.1"
 # Placeholders a profile may use. The launcher fills python, host, port, log_dir, scratch_dir and
 # replay_root itself; model and fault come from the user and are required when used in `command`
-# or `env` (and optional when used only in `optional_args`).
+# or `env` (and optional when used only in `optional_args`); attention_backend comes from the user
+# or, when not given, from the GPU the launcher sees (replay/gpu.py), so it is never required.
 AUTOMATIC = ("python", "host", "port", "log_dir", "scratch_dir", "replay_root")
-USER_GIVEN = ("model", "fault")
+USER_GIVEN = ("model", "fault", "attention_backend")
+DEFAULTED = ("attention_backend",)
 PLACEHOLDERS = AUTOMATIC + USER_GIVEN
+Notify = Callable[[str], None]
 PROFILE_KEYS = {
     "name", "description", "command", "env", "optional_args", "cwd", "health",
     "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids",
@@ -78,7 +82,7 @@ class LaunchProfile:
     def required(self) -> list[str]:
         """User-given placeholders the profile cannot start without."""
         used = _placeholders_in(self.templates(with_optional=False))
-        return [p for p in USER_GIVEN if p in used]
+        return [p for p in USER_GIVEN if p in used and p not in DEFAULTED]
 
     @property
     def accepts(self) -> list[str]:
@@ -176,17 +180,21 @@ def parse_profile(text: str, *, default_name: str, source: str) -> LaunchProfile
 
 def render(profile: LaunchProfile, *, model: str | None, port: int, log_dir: Path,
            host: str = LOOPBACK, fault: str | None = None, extra_args: Sequence[str] = (),
-           scratch_dir: Path | None = None) -> Rendered:
-    """Fill the placeholders. A missing required value or an unusable one is a UsageError."""
-    check_values(profile, model=model, fault=fault)
+           scratch_dir: Path | None = None, attention_backend: str | None = None) -> Rendered:
+    """Fill the placeholders. A missing required value or an unusable one is a UsageError.
+    `attention_backend` is the chosen one (see `attention_choice`), needed when the profile uses it."""
+    check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
+    if "attention_backend" in _placeholders_in(profile.templates(with_optional=False)) \
+            and not attention_backend:
+        raise UsageError(f"launch profile {profile.name!r} needs an attention backend")
     values = {
         "python": sys.executable, "host": host, "port": str(port), "log_dir": str(log_dir),
         "scratch_dir": str(scratch_dir if scratch_dir is not None else log_dir / "scratch"),
         "replay_root": str(Path(__file__).resolve().parent.parent),
-        "model": model or "", "fault": fault or "",
+        "model": model or "", "fault": fault or "", "attention_backend": attention_backend or "",
     }
     argv = [_fill(a, values) for a in profile.command]
-    given = {"model": model, "fault": fault}
+    given = {"model": model, "fault": fault, "attention_backend": attention_backend}
     for key, args in profile.optional_args.items():
         if given.get(key):
             argv.extend(_fill(a, values) for a in args)
@@ -196,8 +204,9 @@ def render(profile: LaunchProfile, *, model: str | None, port: int, log_dir: Pat
     return Rendered(argv=argv, env=env, cwd=cwd)
 
 
-def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None) -> None:
-    """Refuse before anything starts: a needed model missing, or a fault the profile can't take."""
+def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None,
+                 attention_backend: str | None = None) -> None:
+    """Refuse before anything starts: a needed model missing, or a value the profile can't take."""
     if "model" in profile.required and not model:
         raise UsageError(f"launch profile {profile.name!r} needs a model: pass --model PATH")
     if "fault" in profile.required and not fault:
@@ -205,6 +214,21 @@ def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None
     if fault and "fault" not in profile.accepts:
         raise UsageError(f"launch profile {profile.name!r} takes no fault (only the embedded "
                          "engine's profiles inject faults)")
+    if attention_backend and "attention_backend" not in profile.accepts:
+        raise UsageError(f"launch profile {profile.name!r} takes no --attention-backend (it has "
+                         "no {attention_backend} placeholder: it pins its own or has none)")
+
+
+def attention_choice(profile: LaunchProfile, given: str | None,
+                     notify: Notify | None = None) -> str | None:
+    """The backend to fill into `{attention_backend}` (None when the profile has none): the
+    given one, else the default for the visible GPU. Always announced through `notify`."""
+    if "attention_backend" not in profile.accepts:
+        return None
+    choice = choose_attention_backend(given)
+    if notify:
+        notify(f"launch profile {profile.name}: {choice.line()}")
+    return choice.backend
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,7 +239,8 @@ def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None
 @contextlib.contextmanager
 def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
              fault: str | None = None, extra_args: Sequence[str] = (),
-             host: str = LOOPBACK) -> Iterator[str]:
+             host: str = LOOPBACK, attention_backend: str | None = None,
+             notify: Notify | None = None) -> Iterator[str]:
     """Start the profile's server, yield its base URL once it answers, always stop it.
 
     A GoldenError raised by the caller while the server has meanwhile died is re-raised as a
@@ -226,9 +251,11 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     port = free_port(host)
     url = f"http://{host}:{port}"
+    backend = attention_choice(profile, attention_backend, notify)
     with scratch_directory(log_path.parent, profile.name) as scratch:
         rendered = render(profile, model=model, port=port, log_dir=log_path.parent, host=host,
-                          fault=fault, extra_args=extra_args, scratch_dir=scratch)
+                          fault=fault, extra_args=extra_args, scratch_dir=scratch,
+                          attention_backend=backend)
         proc = start_process(rendered, log_path, profile.name)
         try:
             wait_until_ready(proc, url, profile, log_path)
@@ -254,7 +281,9 @@ def scratch_directory(parent: Path, name: str) -> Iterator[Path]:
 
 
 def server_for(server: str | None, launch: str | None, model: str | None, log_dir: Path, *,
-               fault: str | None = None, extra_args: Sequence[str] = ()) -> ContextManager[str]:
+               fault: str | None = None, extra_args: Sequence[str] = (),
+               attention_backend: str | None = None,
+               notify: Notify | None = None) -> ContextManager[str]:
     """`--server URL` or `--launch PROFILE` (exactly one) as a context manager yielding a URL.
 
     The profile is loaded and its values checked here, before anything starts, so a typo or a
@@ -263,14 +292,15 @@ def server_for(server: str | None, launch: str | None, model: str | None, log_di
     if (server is None) == (launch is None):
         raise UsageError("give exactly one of --server URL or --launch PROFILE")
     if server is not None:
-        if fault or extra_args:
-            raise UsageError("--fault and --server-arg apply only with --launch")
+        if fault or extra_args or attention_backend:
+            raise UsageError("--fault, --server-arg and --attention-backend apply only with --launch")
         return contextlib.nullcontext(server)
     assert launch is not None
     profile = load_profile(launch)
-    check_values(profile, model=model, fault=fault)
+    check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
     return launched(profile, model=model, log_path=Path(log_dir) / f"{profile.name}.log",
-                    fault=fault, extra_args=extra_args)
+                    fault=fault, extra_args=extra_args, attention_backend=attention_backend,
+                    notify=notify)
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -41,6 +41,7 @@ class LaunchSettings:
     log_dir: Path = Path("golden-logs")
     fault: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # None: the default for the visible GPU (replay/gpu.py)
 
 
 def worst_verdict(verdicts: Sequence[str]) -> str:
@@ -85,19 +86,22 @@ def resolve_profiles(names: Sequence[str], settings: LaunchSettings) -> list[Lau
         if p.name in seen:
             raise UsageError(f"launch profile {p.name!r} is given twice")
         seen.add(p.name)
-        check_values(p, model=settings.model, fault=settings.fault)
+        check_values(p, model=settings.model, fault=settings.fault,
+                     attention_backend=settings.attention_backend)
     return profiles
 
 
 def replay_profile(profile: LaunchProfile, golden: Golden, golden_name: str,
                    options: ReplayOptions, copts: ClientOptions, settings: LaunchSettings,
-                   progress_bar: ProgressBar | None = None) -> dict[str, Any]:
+                   progress_bar: ProgressBar | None = None,
+                   notify: Notify | None = None) -> dict[str, Any]:
     """Launch, replay, stop: the profile's report, `error` when anything prevented a verdict."""
     log_path = Path(settings.log_dir) / f"{profile.name}.log"
     server = f"launch:{profile.name}"
     try:
         with launched(profile, model=settings.model, log_path=log_path, fault=settings.fault,
-                      extra_args=settings.extra_args) as url:
+                      extra_args=settings.extra_args, attention_backend=settings.attention_backend,
+                      notify=notify) as url:
             server = url
             total = len(golden.requests) * options.repeat
             with _bar(progress_bar, f"{profile.name}", total) as tick:
@@ -134,7 +138,7 @@ def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayO
         if notify:
             notify(f"{p.name}: launching (log: {Path(settings.log_dir) / (p.name + '.log')})")
         reports[p.name] = replay_profile(p, golden, golden_name, options, copts, settings,
-                                         progress_bar)
+                                         progress_bar, notify)
         if notify:
             notify(f"{p.name}: {reports[p.name]['verdict']}")
     return matrix_document(golden_name, options, profiles, reports, shard)

@@ -83,7 +83,7 @@ async def record(client: ServerClient, plan: Plan, options: RecordOptions,
     check_vocab(plan.spec, vocab)
     journal, already = None, {}
     if options.journal is not None:
-        header = {"scenario": plan.spec.to_dict(), "model": model_identity(model_info, server_info)}
+        header = {"scenario": plan.spec.to_dict(), "model": model_identity(model_info, server_info).label}
         journal, already = Journal.start(options.journal, header, options.resume)
     runs: list[list[Completion]] = []
     try:

@@ -17,9 +17,10 @@ import numpy as np
 from replay.cache_check import CacheExpectation, HitTally, parse_expectation
 from replay.client import ServerClient
 from replay.diff import IDENTICAL, Policy, diff_outputs
-from replay.errors import ModelMismatch
-from replay.fingerprint import model_identity, source_meta, vocab_size
+from replay.errors import ModelMismatch, NumericsMismatch
+from replay.fingerprint import model_identity, model_mismatch, source_meta, vocab_size
 from replay.golden import Golden
+from replay.numerics import compare_numerics
 from replay.protocol import Completion
 from replay.report import ReplayResult, RequestOutcome
 from replay.runner import Job, run_jobs
@@ -35,6 +36,7 @@ class ReplayOptions:
     expect_cache: str = "auto"
     require_tier: str | None = None
     allow_model_mismatch: bool = False
+    allow_numerics_mismatch: bool = False
     flush: bool = True  # empty the server's cache before each repeat
 
 
@@ -49,11 +51,9 @@ def golden_jobs(golden: Golden) -> list[Job]:
 def check_model(golden: Golden, server_info: dict[str, Any], model_info: dict[str, Any]) -> None:
     recorded = model_identity(golden.meta.get("model_info", {}), golden.meta.get("server_info", {}))
     serving = model_identity(model_info, server_info)
-    if recorded and serving and recorded != serving:
-        raise ModelMismatch(
-            f"the server serves {serving!r} but the golden was recorded with {recorded!r} "
-            "(pass --allow-model-mismatch to replay anyway)"
-        )
+    why = model_mismatch(recorded, serving)
+    if why:
+        raise ModelMismatch(f"{why} (pass --allow-model-mismatch to replay anyway)")
 
 
 async def replay(client: ServerClient, golden: Golden, golden_name: str, options: ReplayOptions,
@@ -62,6 +62,10 @@ async def replay(client: ServerClient, golden: Golden, golden_name: str, options
     model_info = await client.model_info()
     if not options.allow_model_mismatch:
         check_model(golden, server_info, model_info)
+    numerics = compare_numerics(golden.meta.get("server_info", {}), server_info)
+    if numerics.differing and not options.allow_numerics_mismatch:
+        raise NumericsMismatch(f"{numerics.mismatch_line()} (pass --allow-numerics-mismatch "
+                               "to replay anyway)")
     expectation = parse_expectation(options.expect_cache, server_info, model_info)
     vocab = vocab_size(model_info, server_info)
     inputs = [golden.input_ids(i) for i in range(len(golden.requests))]
@@ -71,6 +75,7 @@ async def replay(client: ServerClient, golden: Golden, golden_name: str, options
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
         golden_meta=golden.meta,
         server_meta=source_meta(client.url, server_info, model_info, api=client.api.name),
+        numerics=numerics.as_dict(allowed=options.allow_numerics_mismatch),
     )
     for rep in range(options.repeat):
         if options.flush:

@@ -58,6 +58,7 @@ class ReplayResult:
     require_tier: str | None = None
     golden_meta: dict[str, Any] = field(default_factory=dict)
     server_meta: dict[str, Any] = field(default_factory=dict)
+    numerics: dict[str, Any] | None = None  # replay/numerics.py NumericsComparison.as_dict
 
     @property
     def tier_problem(self) -> str | None:
@@ -161,6 +162,7 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "cache_hit_lengths": result.hit_lengths,
             "cached_tokens_by_tier": result.tiers,
         },
+        "numerics": result.numerics,
         "golden_meta": result.golden_meta,
         "server_meta": result.server_meta,
         "requests": [outcome_dict(o) for o in outcomes],

@@ -222,6 +222,9 @@ class EngineApp:
         info.update(
             model_path=model.model_path,
             enable_deterministic_inference=True,
+            # Exact by construction (portable-math.md): the same bits on any device, page size
+            # and prefill chunking, so a numerics-parity check must not hold these against it.
+            numerics_independent_of=["device", "page_size", "chunked_prefill_size"],
             vocab_size=model.config.vocab_size,
             version=VERSION,
             launch_command=self.launch_command,
