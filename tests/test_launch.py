@@ -15,9 +15,10 @@ import pytest
 from replay.client import ServerClient
 from replay.errors import ServerError, UsageError
 from replay.launch import (
-    builtin_profile_names, group_members, http_status, launched, load_profile, parse_profile,
+    attention_choice, builtin_profile_names, http_status, launched, load_profile, parse_profile,
     render, server_for,
 )
+from replay.process_group import group_members
 from tests.data.fake_servers.helpers import fake_profile
 
 PY = sys.executable
@@ -143,10 +144,9 @@ def test_the_reference_gets_the_replay_profiles_page_and_chunk_size():
             assert value(replay, flag) == value(reference, flag), (name, flag)
 
 
-def test_server_for_announces_the_chosen_backend_before_starting(tmp_path, monkeypatch):
+def test_the_launcher_announces_the_default_backend_for_the_gpu_it_sees(monkeypatch):
     said = []
     monkeypatch.setattr("replay.gpu.visible_gpu", lambda: ((9, 0), "nvidia-smi"))
-    from replay.launch import attention_choice
     assert attention_choice(load_profile("sglang-reference"), None, said.append) == "fa3"
     assert said == ["launch profile sglang-reference: attention backend fa3 "
                     "(default for sm90, seen by nvidia-smi)"]
