@@ -307,3 +307,14 @@ def test_secrets_in_the_command_stay_out_of_the_log_header_and_messages(tmp_path
             pass
     assert "sekrit-123" not in (tmp_path / "s.log").read_text()
     assert "sekrit-123" not in str(info.value)
+
+
+def test_a_profile_names_the_api_whose_adapter_builds_its_warm_up():
+    p = parse_profile('command = ["x"]\napi = "llamacpp"\n', default_name="p", source="p.toml")
+    assert p.api == "llamacpp" and load_profile("llamacpp-cached").api == "llamacpp"
+    assert load_profile("embedded-hicache").api == "sglang"
+
+
+def test_a_profile_with_an_unknown_api_is_refused():
+    with pytest.raises(UsageError, match="unknown --api 'grpc'"):
+        parse_profile('command = ["x"]\napi = "grpc"\n', default_name="p", source="p.toml")
