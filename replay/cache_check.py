@@ -40,18 +40,21 @@ class CacheExpectation:
             return f"attention(page={self.page_size})"
         return "any" if self.kind == "any" else "none"
 
-    def minimum(self, history: int, output: int) -> int:
+    def minimum(self, history: int, output: int, lag: int = 0) -> int:
+        """The least acceptable hit; `lag` is SGLang's allowed checkpoint lag for a request whose
+        parent was retracted (its last decode checkpoint may be gone): mamba only."""
         span = history + output
         if self.kind == "attention":
             return min(span - 1, (span - 1) // self.page_size * self.page_size)
         if self.kind == "mamba":
-            return (span - 1) // self.interval * self.interval
+            return max(0, (span - 1) // self.interval * self.interval - lag)
         if self.kind == "any":
             return 1
         return 0
 
-    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int) -> str | None:
-        """Why this hit breaks the expectation, or None."""
+    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int,
+                lag: int = 0) -> str | None:
+        """Why this hit breaks the expectation, or None (`lag`: see `minimum`)."""
         if cached > prompt - 1:
             return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
         if self.kind == "none" or turn == 0:
@@ -64,9 +67,10 @@ class CacheExpectation:
             if cached not in allowed:
                 return f"cached_tokens {cached} not in {sorted(allowed)} (attention, page {self.page_size})"
             return None
-        floor = self.minimum(history, output)
+        floor = self.minimum(history, output, lag)
         if cached < floor:
-            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval})"
+            allowed = f", checkpoint lag {lag} allowed after a retraction" if lag else ""
+            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval}{allowed})"
         return None
 
 

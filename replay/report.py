@@ -16,6 +16,7 @@ import numpy as np
 
 from replay.bits import ULP_INFINITE, hex_bits
 from replay.diff import IDENTICAL, RequestDiff
+from replay.tree import parse_request_id
 
 SCHEMA = "golden-replay/report/1"
 CACHE_MISS = "cache_miss"
@@ -33,6 +34,8 @@ class RequestOutcome:
     expected_min_cached: int | None
     cache_problem: str | None
     top: dict[str, Any] | None = None  # top-k of both sides at the first divergence
+    num_retractions: int = 0  # times the server retracted this request (meta_info)
+    retraction_lag: int = 0  # checkpoint lag allowed because its parent was retracted
 
     @property
     def status(self) -> str:
@@ -58,6 +61,28 @@ class ReplayResult:
     require_tier: str | None = None
     golden_meta: dict[str, Any] = field(default_factory=dict)
     server_meta: dict[str, Any] = field(default_factory=dict)
+    storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
+
+    @property
+    def storage_hits_after_clear(self) -> list[dict[str, Any]]:
+        """Turn-0 requests served from L3 storage in a repeat that began by clearing it: the
+        clear did not empty the tier, so the repeat did not start cold."""
+        if not self.storage_cleared:
+            return []
+        return [{"id": o.id, "repeat": o.repeat, "storage": o.cached_details.get("storage", 0)}
+                for o in self.outcomes
+                if o.cached_details.get("storage", 0) > 0
+                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0]
+
+    @property
+    def warnings(self) -> list[str]:
+        """Things a reader must know that do not change the verdict by themselves."""
+        stale = self.storage_hits_after_clear
+        if not stale:
+            return []
+        return [f"{len(stale)} turn-0 request(s) were served from L3 storage in a repeat that "
+                "began by clearing it: the clear did not empty the tier, so the repeat did not "
+                "start cold"]
 
     @property
     def tier_problem(self) -> str | None:
@@ -104,6 +129,7 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "id": o.id, "repeat": o.repeat, "status": o.status, "passed": o.passed,
         "cached_tokens": o.cached_tokens, "cached_tokens_details": o.cached_details,
         "expected_min_cached": o.expected_min_cached, "cache_problem": o.cache_problem,
+        "num_retractions": o.num_retractions, "retraction_lag": o.retraction_lag,
         "tokens_compared": d.compared, "max_ulp": _ulp(d.max_ulp), "mean_kl": _num(d.mean_kl),
         "first_divergence": first,
         "token_divergence_position": d.token_position,
@@ -147,6 +173,9 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
         "expect_cache": result.expectation,
         "require_tier": result.require_tier,
         "tier_problem": result.tier_problem,
+        "storage_cleared": result.storage_cleared,
+        "storage_hits_after_clear": result.storage_hits_after_clear,
+        "warnings": result.warnings,
         "summary": {
             "requests": len({o.id for o in outcomes}),
             "repeats": result.repeats,
@@ -156,6 +185,7 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "requests_diverged": sum(1 for o in outcomes if o.diff.status != IDENTICAL),
             "requests_failed": sum(1 for o in outcomes if not o.passed),
             "cache_misses": sum(1 for o in outcomes if o.cache_problem),
+            "retracted_requests": sum(1 for o in outcomes if o.num_retractions),
             "mean_kl": _num(float(np.mean(finite_kl)) if finite_kl else 0.0),
             "max_ulp": _ulp(max((o.diff.max_ulp for o in outcomes), default=0)),
             "cache_hit_lengths": result.hit_lengths,
@@ -224,6 +254,8 @@ def verdict_line(report: dict[str, Any]) -> str:
             f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
     if report.get("tier_problem"):
         line += f"; {report['tier_problem']}"
+    for warning in report.get("warnings") or []:
+        line += f"; warning: {warning}"
     return line
 
 
