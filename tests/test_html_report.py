@@ -25,7 +25,8 @@ from cli.options import exits_cleanly
 from typer.testing import CliRunner
 
 from cli.report_cmd import report as report_command
-from replay.html_report import cache_granularity, render_html, write_html
+from replay.html import render_html, write_html
+from replay.html.histogram import cache_granularity
 from replay.report import SCHEMA, report_dict
 
 DATA = Path(__file__).parent / "data" / "reports"
