@@ -43,6 +43,6 @@ def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Pat
 
         write_atomic(junit, junit_text if junit_text is not None else junit_xml(doc))
     if html:
-        from replay.html_report import render_html
+        from replay.html import render_html
 
         write_atomic(html, render_html(doc))
