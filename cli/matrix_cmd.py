@@ -38,6 +38,7 @@ def matrix(
     timeout: float = o.TimeoutOpt,
     api: str = o.ApiOpt,
     api_key: str = o.ApiKeyOpt,
+    admin_api_key: str = o.AdminApiKeyOpt,
     quiet: bool = o.QuietOpt,
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
@@ -47,7 +48,7 @@ def matrix(
 
     options = o.replay_options(policy, schedule, repeat, require_tier, expect_cache,
                                allow_model_mismatch)
-    copts = o.client_options(concurrency, timeout, api_key)
+    copts = o.client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
     settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg))

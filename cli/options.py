@@ -81,6 +81,7 @@ ConcurrencyOpt = typer.Option(16, "--concurrency", help="Requests in flight at o
 ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag (see docs/scenarios.md).")
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
+AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
 ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
@@ -93,10 +94,12 @@ ShardOpt = typer.Option(None, "--shard", help="Replay only shard i of n (whole g
 GoldenArg = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`.")
 
 
-def client_options(concurrency: int, timeout: float, api_key: str | None = None) -> Any:
+def client_options(concurrency: int, timeout: float, api_key: str | None = None,
+                   admin_api_key: str | None = None) -> Any:
     from replay.client import ClientOptions
 
-    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
+    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key,
+                         admin_api_key=admin_api_key)
 
 
 def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,

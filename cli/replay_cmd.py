@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from cli.options import (
+    AdminApiKeyOpt,
     AllowModelMismatchOpt,
     ApiKeyOpt,
     ApiOpt,
@@ -59,6 +60,7 @@ def replay(
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
+    admin_api_key: str = AdminApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit."""
@@ -66,7 +68,7 @@ def replay(
 
     options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
                              allow_model_mismatch)
-    copts = client_options(concurrency, timeout, api_key)
+    copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
     target = server_target(server, launch, model, log_dir, server_arg=server_arg)

@@ -77,7 +77,7 @@ async def ours(url: str, requests: int, n: int, k: int, concurrency: int) -> flo
     body = generate_body(np.arange(600, dtype=np.int32), n, k)
     async with ServerClient(url, ClientOptions(concurrency=concurrency)) as client:
         async def one(i: int) -> None:
-            raw = await client.generate(body, f"r{i}")
+            raw = await client.post("/generate", body, f"r{i}")
             parse_completion(raw, f"r{i}", max_new_tokens=n, top_k=k, vocab_size=4096)
         t = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(requests)))
