@@ -119,7 +119,7 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Any:
 
 
 def failure_lines(doc: dict[str, Any]) -> list[str]:
-    from replay.report import first_failure_lines
+    from replay.report_views import first_failure_lines
 
     lines = []
     for name in doc["matrix"]["profiles"]:
@@ -130,7 +130,7 @@ def failure_lines(doc: dict[str, Any]) -> list[str]:
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     names = doc["matrix"]["profiles"]
     reports = doc["matrix"]["reports"]
-    from replay.report import verdict_line
+    from replay.report_views import verdict_line
 
     lines = [f"{name}: {verdict_line(reports[name])}" for name in names]
     counts = {v: sum(1 for n in names if reports[n]["verdict"] == v) for v in ("pass", "fail", "error")}

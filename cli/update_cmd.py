@@ -69,7 +69,7 @@ def update(
 
 def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
     from cli import render
-    from replay.report import first_failure_lines
+    from replay.report_views import first_failure_lines
     from replay.update import ERROR, UNCHANGED
 
     if result.status == UNCHANGED:

@@ -20,7 +20,8 @@ from replay.errors import GoldenError, UsageError
 from replay.launch import LaunchProfile, check_values, load_profile
 from replay.merge import worst_verdict
 from replay.replayer import ReplayOptions
-from replay.report import SCHEMA, junit_xml, report_dict
+from replay.report import SCHEMA, report_dict
+from replay.report_views import junit_xml
 from replay.session import ProgressBar, ServerTarget, load_golden, replay_golden
 
 Notify = Callable[[str], None]

@@ -80,7 +80,7 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
     policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch, shard,
     concurrency, timeout, api."""
-    from replay.report import first_failure_lines, verdict_line
+    from replay.report_views import first_failure_lines, verdict_line
     from replay.report_files import write_reports
 
     report_dir = request.config.getoption("golden_report_dir")

@@ -21,7 +21,7 @@ from replay.diff import IDENTICAL, Policy, diff_outputs
 from replay.errors import ModelMismatch, UsageError
 from replay.fingerprint import model_identity, source_meta, vocab_size
 from replay.golden import Golden
-from replay.report import ReplayResult, RequestOutcome
+from replay.results import ReplayResult, RequestOutcome
 from replay.runner import check_schedule, run_nodes
 from replay.server_checks import check_sampling_defaults
 
