@@ -6,12 +6,6 @@ import shlex
 from pathlib import Path
 
 import typer
-from rich.table import Table
-
-from cli import render
-from replay.errors import GoldenError
-from replay.launch import attention_choice, builtin_profiles, load_profile
-from replay.launch import render as render_profile
 
 app = typer.Typer(
     help="Launch profiles: how `--launch PROFILE` starts a server (docs/profiles.md).",
@@ -27,13 +21,18 @@ def profiles(ctx: typer.Context) -> None:
     """List the built-in launch profiles (a TOML file path works wherever a name does)."""
     if ctx.invoked_subcommand is not None:
         return
+    from rich.table import Table
+
+    from cli import render
+    from replay.launch import builtin_profiles
+
     table = Table(title="built-in launch profiles")
     for column in ("name", "needs", "description"):
         table.add_column(column)
     for p in builtin_profiles():
         needs = ", ".join(f"--{r}" for r in p.required) or "-"
         table.add_row(p.name, needs, p.description)
-    render.out.print(table)
+    render.print_whole(table)
 
 
 @app.command("show")
@@ -46,6 +45,11 @@ def show(
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Log directory to show."),
 ) -> None:
     """Print the exact command (shell-quoted) and environment a profile launches."""
+    from cli import render
+    from replay.errors import GoldenError
+    from replay.launch import attention_choice, load_profile
+    from replay.launch import render as render_profile
+
     notes: list[str] = []
     try:
         profile = load_profile(name)

@@ -9,8 +9,8 @@ output length; its input starts with those `history + output` tokens (sglang-pro
 - `any`: cached_tokens >= 1 (some prefix was reused), for caches that are not page-based and
   whose hit length depends on slot assignment (llama.cpp);
 - `none`: no expectation (e.g. replaying against another cache-disabled server).
-`auto` reads the server's settings; an API adapter that knows its server's cache better may name
-the rule itself in server_info["expect_cache_auto"] (`none` or `any`).
+`auto` reads the server's settings; an API adapter that knows its server's cache better names
+the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `api_default`.
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 """
@@ -53,18 +53,21 @@ class CacheExpectation:
             return f"attention(page={self.page_size})"
         return "any" if self.kind == "any" else "none"
 
-    def minimum(self, history: int, output: int) -> int:
+    def minimum(self, history: int, output: int, lag: int = 0) -> int:
+        """The least acceptable hit; `lag` is SGLang's allowed checkpoint lag for a request whose
+        parent was retracted (its last decode checkpoint may be gone): mamba only."""
         span = history + output
         if self.kind == "attention":
             return min(span - 1, (span - 1) // self.page_size * self.page_size)
         if self.kind == "mamba":
-            return (span - 1) // self.interval * self.interval
+            return max(0, (span - 1) // self.interval * self.interval - lag)
         if self.kind == "any":
             return 1
         return 0
 
-    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int) -> str | None:
-        """Why this hit breaks the expectation, or None."""
+    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int,
+                lag: int = 0) -> str | None:
+        """Why this hit breaks the expectation, or None (`lag`: see `minimum`)."""
         if cached > prompt - 1:
             return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
         if self.kind == "none" or turn == 0:
@@ -77,18 +80,20 @@ class CacheExpectation:
             if cached not in allowed:
                 return f"cached_tokens {cached} not in {sorted(allowed)} (attention, page {self.page_size})"
             return None
-        floor = self.minimum(history, output)
+        floor = self.minimum(history, output, lag)
         if cached < floor:
-            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval})"
+            allowed = f", checkpoint lag {lag} allowed after a retraction" if lag else ""
+            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval}{allowed})"
         return None
 
 
-def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
+def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any],
+                      api_default: str | None = None) -> CacheExpectation:
     """`auto`, `none`, `any`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from
     server_info)."""
     page = _positive(server_info.get("page_size"), 1)
     if text == "auto":
-        return auto_expectation(server_info, model_info)
+        return auto_expectation(server_info, model_info, api_default)
     if text in ("none", "any"):
         return CacheExpectation(text)
     if text == "attention":
@@ -107,8 +112,10 @@ def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[s
     raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, any, attention or mamba:INTERVAL")
 
 
-def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
-    """Derive the expectation from what the server reports about itself.
+def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
+                     api_default: str | None = None) -> CacheExpectation:
+    """Derive the expectation from what the server reports about itself (or, for adapters that
+    know better, from their `api_default`).
 
     A hybrid model is recognised by SGLang's own resolution (`uses_mamba_radix_cache`, 0.5.23);
     model-name markers are the fallback for servers that do not report it. A hybrid server
@@ -118,9 +125,8 @@ def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) ->
     """
     if server_info.get("disable_radix_cache"):
         return CacheExpectation("none")
-    suggested = server_info.get("expect_cache_auto")
-    if suggested in ("none", "any"):
-        return CacheExpectation(suggested)
+    if api_default in ("none", "any"):
+        return CacheExpectation(api_default)
     page = _positive(server_info.get("page_size"), 1)
     interval = _positive(server_info.get("mamba_track_interval"), 0)
     if not is_hybrid(server_info, model_info):

@@ -28,11 +28,12 @@ def platform_fingerprint() -> dict[str, Any]:
 
 
 def source_meta(url: str, server_info: dict[str, Any], model_info: dict[str, Any],
-                api: str = "sglang") -> dict[str, Any]:
-    """Golden/report metadata for one server."""
+                api: str = "sglang", flush: str | None = None) -> dict[str, Any]:
+    """Golden/report metadata for one server (`flush`: how the API's adapter empties its cache)."""
     return {
         "server_url": redact_url(url),
         "api": api,
+        "flush": flush,
         "server_info": redact_secrets(server_info),
         "model_info": redact_secrets(model_info),
         "tool": f"golden-replay {replay.__version__}",

@@ -37,6 +37,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ContextManager
 
+import numpy as np
+
+from replay.apis import check_api_name, get_api
 from replay.errors import GoldenError, ServerError, UsageError
 from replay.gpu import choose_attention_backend
 from replay.process_group import exited_soon, stop_process_group
@@ -54,7 +57,7 @@ PLACEHOLDERS = AUTOMATIC + USER_GIVEN
 Notify = Callable[[str], None]
 PROFILE_KEYS = {
     "name", "description", "command", "env", "optional_args", "cwd", "health",
-    "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids",
+    "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids", "api",
 }
 TAIL_LINES = 6
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
@@ -76,6 +79,7 @@ class LaunchProfile:
     stop_timeout: float = 30.0  # seconds between SIGTERM and SIGKILL
     warmup: bool = True
     warmup_input_ids: tuple[int, ...] = (1, 2, 3, 4)
+    api: str = "sglang"  # the API the server speaks: its adapter builds the warm-up request
     source: str = "built-in"  # "built-in" or the TOML file it came from
 
     @property
@@ -172,6 +176,7 @@ def parse_profile(text: str, *, default_name: str, source: str) -> LaunchProfile
         warmup=_bool(data.get("warmup", True), f"{where}: warmup"),
         warmup_input_ids=tuple(_int_list(data.get("warmup_input_ids", [1, 2, 3, 4]),
                                          f"{where}: warmup_input_ids")),
+        api=check_api_name(_string(data.get("api", "sglang"), f"{where}: api")),
         source=source,
     )
     _check_placeholders(profile, where)
@@ -357,16 +362,16 @@ def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchP
 
 def warm_up(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile, deadline: float,
             log_path: Path) -> None:
-    """One tiny generate: a healthy server that cannot generate should fail here, not mid-replay."""
-    body = {"input_ids": list(profile.warmup_input_ids),
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
-    status = http_status("POST", url + "/generate", body=body, timeout=max(30.0, _left(deadline)))
+    """One tiny generation, asked as the profile's API adapter asks: a healthy server that cannot
+    generate should fail here, not mid-replay."""
+    path, body = get_api(profile.api).request(np.array(profile.warmup_input_ids, dtype=np.int32), 1, 0)
+    status = http_status("POST", url + path, body=body, timeout=max(30.0, _left(deadline)))
     if status == 200:
         return
     if proc.poll() is not None:
-        raise ServerError(died_message(profile, proc, log_path, "during the warm-up /generate"))
+        raise ServerError(died_message(profile, proc, log_path, "during the warm-up generation"))
     what = "no answer" if status is None else f"HTTP {status}"
-    raise ServerError(f"launch profile {profile.name!r}: the warm-up /generate got {what}; "
+    raise ServerError(f"launch profile {profile.name!r}: the warm-up {path} got {what}; "
                       f"{log_tail_text(log_path)}")
 
 

@@ -291,12 +291,12 @@ def test_embedded_reference_launches_and_answers_health(tmp_path):
 
 async def _generate(url: str, ids: list[int]):
     async with ServerClient(url) as client:
-        return await client.generate({"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}, "x")
+        return await client.post("/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}, "x")
 
 
 async def _server_info(url: str):
     async with ServerClient(url) as client:
-        return await client.server_info()
+        return await client.get_json("/server_info")
 
 
 def _pgid_of_server(url: str) -> int:
@@ -354,3 +354,14 @@ def test_secrets_in_the_command_stay_out_of_the_log_header_and_messages(tmp_path
             pass
     assert "sekrit-123" not in (tmp_path / "s.log").read_text()
     assert "sekrit-123" not in str(info.value)
+
+
+def test_a_profile_names_the_api_whose_adapter_builds_its_warm_up():
+    p = parse_profile('command = ["x"]\napi = "llamacpp"\n', default_name="p", source="p.toml")
+    assert p.api == "llamacpp" and load_profile("llamacpp-cached").api == "llamacpp"
+    assert load_profile("embedded-hicache").api == "sglang"
+
+
+def test_a_profile_with_an_unknown_api_is_refused():
+    with pytest.raises(UsageError, match="unknown --api 'grpc'"):
+        parse_profile('command = ["x"]\napi = "grpc"\n', default_name="p", source="p.toml")

@@ -21,6 +21,7 @@ from aiohttp import web
 from replay.engine.engine import VERSION, EngineBusy, LLMEngine
 from replay.engine.model import HybridModel
 from replay.engine.options import EngineOptions
+from replay.engine.radix_cache import CachedTokens
 from replay.engine.sequence import Sequence
 
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len",
@@ -138,6 +139,7 @@ class EngineApp:
         r.add_get("/health", self.health)
         r.add_get("/health_generate", self.health_generate)
         r.add_get("/hicache/storage-backend", self.storage_backend)
+        r.add_post("/hicache/storage-backend/clear", self.clear_storage)
         return app
 
     async def _run(self, requests: list[GenerateArgs]) -> list[Sequence]:
@@ -178,7 +180,8 @@ class EngineApp:
 
     def _response(self, seq: Sequence, args: GenerateArgs, latency: float) -> dict[str, Any]:
         options = self.engine.options
-        cached = self.engine.faults.reported_cached(seq.cached.total, seq.prompt_len)
+        tiers = seq.cached or CachedTokens()
+        cached = self.engine.faults.reported_cached(tiers.total, seq.prompt_len)
         meta: dict[str, Any] = {
             "id": seq.rid,
             "finish_reason": {"type": "length", "length": seq.max_new_tokens},
@@ -187,8 +190,8 @@ class EngineApp:
             "cached_tokens": cached,
         }
         if options.enable_hierarchical_cache:
-            details: dict[str, Any] = {"device": seq.cached.device, "host": seq.cached.host,
-                                       "storage": seq.cached.storage}
+            details: dict[str, Any] = {"device": tiers.device, "host": tiers.host,
+                                       "storage": tiers.storage}
             if options.hicache_storage_backend:
                 details["storage_backend"] = options.hicache_storage_backend
             meta["cached_tokens_details"] = details
@@ -257,6 +260,17 @@ class EngineApp:
         if seq.error:
             return web.Response(status=503, text=seq.error)
         return web.Response()
+
+    async def clear_storage(self, request: web.Request) -> web.Response:
+        """POST /hicache/storage-backend/clear. Here L3 pages hang off the radix tree (no lookup
+        by hash), so a flush already empties the tier: clearing is a flush, refused while busy."""
+        if not self.engine.options.hicache_storage_backend:
+            return web.Response(status=400, text="no storage backend is attached\n")
+        try:
+            await asyncio.wrap_future(self.engine.request_flush())
+        except EngineBusy as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(text="Hierarchical cache storage backend cleared.\n")
 
     async def storage_backend(self, request: web.Request) -> web.Response:
         return web.json_response(
