@@ -88,7 +88,7 @@ if [[ ! -x "$CUDA_BUILD/bin/llama-server" ]]; then
     end=$(date +%s)
     echo "CUDA build (configure + llama-server, -j$JOBS, sm_$ARCH): $((end - start)) s, rc $rc" >> "$RESULTS/build-times.txt"
     if [[ $rc -ne 0 ]]; then
-        log "CUDA build failed (rc $rc)"; tail -30 "$RESULTS/cuda-build.log" "$RESULTS/cuda-configure.log" >&2
+        log "CUDA build failed (rc $rc)"; tail -n 30 "$RESULTS/cuda-configure.log" "$RESULTS/cuda-build.log" >&2
         tar -czf "$OUT/llamacpp-cuda.tar.gz" -C "$OUT" results
         exit 1
     fi
