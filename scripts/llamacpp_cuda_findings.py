@@ -41,11 +41,28 @@ FA_OFF = lf.FA_OFF
 FA_ON = ("-fa", "on")
 GPU_LAYERS = ("-ngl", "99")
 
+# Longer suffixes, to see which kernel a cache hit changes. After a 48-token hit the replay
+# evaluates the rest of the prompt as one batch; on an H200 a float32 matrix product over a
+# batch of 4..16 tokens takes the MMF kernel (TF32 tensor cores), one of more than 16 cuBLAS
+# (float32), one of 1..3 the MMVF kernel (ggml-cuda.cu: ggml_cuda_mul_mat). `s24`: a 24-token
+# branch suffix, so a branch's first turn evaluates 24 tokens after the hit instead of 8.
+# `ts24`: 24-token follow-up turns, so a history hit leaves 25 tokens to evaluate instead of 9.
+SCENARIOS = {**lf.SCENARIOS,
+             "branching-s24": lf.BRANCHING.replace("suffix_len = 8\n", "suffix_len = 24\n", 1),
+             "history-ts24": lf.HISTORY.replace("turn_suffix_len = 8", "turn_suffix_len = 24")}
+CUBLAS_F32 = (("GGML_CUDA_CUBLAS_COMPUTE_TYPE", "f32"),)  # cuBLAS in float32 for f16 inputs too
+
 CUDA_CASES = [
     Case("llama64-branching-fa-off", "tiny-llama-hd64", "branching", FA_OFF, FA_OFF, expect="any"),
     Case("llama64-branching-fa-on", "tiny-llama-hd64", "branching", FA_ON, FA_ON, expect="any"),
     Case("llama64-history-fa-off", "tiny-llama-hd64", "history", FA_OFF, FA_OFF),
     Case("llama64-history-fa-on", "tiny-llama-hd64", "history", FA_ON, FA_ON),
+    Case("llama-branching-s24-fa-off", "tiny-llama", "branching-s24", FA_OFF, FA_OFF, expect="any"),
+    Case("llama-history-ts24-fa-off", "tiny-llama", "history-ts24", FA_OFF, FA_OFF),
+    Case("llama64-branching-s24-fa-off", "tiny-llama-hd64", "branching-s24", FA_OFF, FA_OFF, expect="any"),
+    Case("llama64-branching-s24-fa-off-cublas-f32", "tiny-llama-hd64", "branching-s24", FA_OFF, FA_OFF,
+         expect="any", env=CUBLAS_F32),
+    Case("llama64-branching-s24-fa-on", "tiny-llama-hd64", "branching-s24", FA_ON, FA_ON, expect="any"),
 ]
 ALL_CASES = [*lf.CASES, *CUDA_CASES]
 # goldens replayed on the other build's cached server (both directions)
@@ -62,7 +79,7 @@ def run_all(target: Any, out: Path, work: Path, logs: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    lf.write_scenarios(work, out)
+    lf.write_scenarios(work, out, SCENARIOS)
     summary: dict[str, Any] = {}
     for case in ALL_CASES:
         log(f"case {case.name} on {target.name}")

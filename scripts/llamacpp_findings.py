@@ -77,6 +77,7 @@ top_k = 3
 seed = 0
 """
 BRANCHING = HISTORY.replace("groups = 3", "groups = 2").replace("branches = 1", "branches = 2")
+SCENARIOS = {"history": HISTORY, "branching": BRANCHING}
 FA_OFF = ("-fa", "off")
 
 
@@ -86,13 +87,14 @@ class Case:
 
     name: str
     model: str  # tiny model name; its ASCII variant is used
-    scenario: str  # "history" | "branching"
+    scenario: str  # "history" | "branching" (or another key of the scenarios written to the work folder)
     reference_args: tuple[str, ...] = ()  # appended to llamacpp-reference
     replay_args: tuple[str, ...] = ()  # appended to llamacpp-cached
     api: str = "llamacpp"
     expect: str = "auto"
     replay_cli: tuple[str, ...] = ()  # more `golden replay` options
     concurrency: int = 1  # requests in flight: more than 1 lets llama.cpp batch them together
+    env: tuple[tuple[str, str], ...] = ()  # environment of both servers
 
 
 CASES = [
@@ -255,24 +257,28 @@ CPU = Target("cpu")
 
 @contextlib.contextmanager
 def serve(profile: str, gguf: Path, extra: tuple[str, ...], log_dir: Path,
-          target: Target = CPU) -> Iterator[tuple[str, str]]:
-    """(url, the server's command line) of a llama-server started from a built-in profile."""
+          target: Target = CPU, env: tuple[tuple[str, str], ...] = ()) -> Iterator[tuple[str, str]]:
+    """(url, the server's command line) of a llama-server started from a built-in profile, with
+    `env` added to its environment."""
     binary = target.binary or probe.find_server()
-    before = os.environ.get("GOLDEN_LLAMA_SERVER")
-    os.environ["GOLDEN_LLAMA_SERVER"] = str(binary)
+    settings = {"GOLDEN_LLAMA_SERVER": str(binary), **dict(env)}
+    before = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     prof = load_profile(profile)
     args = (*target.args, *extra)
     argv = render(prof, model=str(gguf), port=0, log_dir=log_dir, extra_args=args).argv
     shown = " ".join(["llama-server", *argv[argv.index("-m"):]]).replace(" --port 0", " --port PORT")
     shown = shown.replace(str(probe.CACHE), "$GOLDEN_LLAMA_CACHE").replace(str(log_dir / "scratch"), "SCRATCH")
+    shown = " ".join([*(f"{k}={v}" for k, v in env), shown])
     try:
         with launched(prof, model=str(gguf), log_path=log_dir / f"{profile}.log", extra_args=args) as url:
             yield url, shown
     finally:
-        if before is None:
-            os.environ.pop("GOLDEN_LLAMA_SERVER", None)
-        else:
-            os.environ["GOLDEN_LLAMA_SERVER"] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def golden(*args: str) -> tuple[int, str]:
@@ -284,8 +290,8 @@ def golden(*args: str) -> tuple[int, str]:
 def reference_golden(case: Case, work: Path) -> Path:
     """Where `case`'s reference recording goes: cases with the same model, scenario and
     reference flags share one."""
-    flags = "-".join(a.lstrip("-") for a in case.reference_args) or "default"
-    return work / f"{case.model}-{case.scenario}-{flags}.zarr"
+    flags = "-".join([*(a.lstrip("-") for a in case.reference_args), *(f"{k}-{v}" for k, v in case.env)])
+    return work / f"{case.model}-{case.scenario}-{flags or 'default'}.zarr"
 
 
 def run_case(case: Case, work: Path, out: Path, target: Target = CPU) -> dict[str, Any]:
@@ -293,7 +299,7 @@ def run_case(case: Case, work: Path, out: Path, target: Target = CPU) -> dict[st
     scenario = work / f"{case.scenario}.toml"
     ref = reference_golden(case, work)
     result: dict[str, Any] = {"model": gguf.name, "scenario": case.scenario}
-    with serve("llamacpp-reference", gguf, case.reference_args, work, target) as (url, shown):
+    with serve("llamacpp-reference", gguf, case.reference_args, work, target, case.env) as (url, shown):
         record = ["record", "--server", "URL", "--scenario", f"{case.scenario}.toml", "--out",
                   ref.name, "--api", "llamacpp", "--quiet"]
         result["reference_server"] = shown
@@ -313,7 +319,7 @@ def replay_case(case: Case, ref: Path, report: Path, work: Path, target: Target 
     replay = ["replay", ref.name, "--server", "URL", "--report", report.name, "--api", case.api,
               "--concurrency", str(case.concurrency), "--expect-cache", case.expect, *case.replay_cli,
               "--quiet"]
-    with serve("llamacpp-cached", gguf, case.replay_args, work, target) as (url, shown):
+    with serve("llamacpp-cached", gguf, case.replay_args, work, target, case.env) as (url, shown):
         result: dict[str, Any] = {"replay_server": shown, "replay": "golden " + " ".join(replay)}
         code, output = golden(*[url if a == "URL" else str(ref) if a == ref.name
                                 else str(report) if a == report.name else a for a in replay])
@@ -341,8 +347,8 @@ def refused_original(work: Path) -> dict[str, Any]:
     return {"model": gguf.name, "reference_server": shown, "exit": code, "output": output.strip()}
 
 
-def write_scenarios(work: Path, out: Path) -> None:
-    for name, text in (("history", HISTORY), ("branching", BRANCHING)):
+def write_scenarios(work: Path, out: Path, scenarios: dict[str, str] = SCENARIOS) -> None:
+    for name, text in scenarios.items():
         (work / f"{name}.toml").write_text(text)
         (out / f"{name}.toml").write_text(text)
 
