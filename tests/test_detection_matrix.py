@@ -4,8 +4,8 @@ served from the cache, and a clean cached replay passes (no false positives)."""
 import pytest
 
 from replay.engine.config import get_config
-from replay.engine.detection import (BEYOND_REPLAY, judge_fault, profile_for, record_reference,
-                                     replay_report)
+from replay.detection import (BEYOND_REPLAY, judge_fault, profile_for, record_reference,
+                              replay_report)
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
 from replay.scenario import ScenarioSpec

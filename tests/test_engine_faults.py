@@ -30,7 +30,7 @@ FAULT_OPTIONS = {
 def test_fault_corrupts_the_cache_hit_but_not_cold_requests(fault):
     seqs = run_conversation(replace(FAULT_OPTIONS[fault], fault=fault))
     assert Out.of(seqs["A"]) == cold()["A"] and Out.of(seqs["C"]) == cold()["C"]
-    assert seqs["B"].cached.total == HIT_B
+    assert seqs["B"].reused == HIT_B
     assert Out.of(seqs["B"]) != cold()["B"], f"{fault} left the cache hit exact"
 
 
@@ -52,7 +52,7 @@ def test_split_k_fault_changes_only_a_request_whose_hit_shortened_its_prefill():
         engine.close()
     seqs = run_conversation(replace(HICACHE, fault=fault))
     assert Out.of(seqs["A"]) == cold_faulty["A"] and Out.of(seqs["C"]) == cold_faulty["C"]
-    assert seqs["B"].cached.total == HIT_B and Out.of(seqs["B"]) != cold_faulty["B"]
+    assert seqs["B"].reused == HIT_B and Out.of(seqs["B"]) != cold_faulty["B"]
 
 
 def test_late_checkpoint_needs_overlap_scheduling():
@@ -92,7 +92,7 @@ def test_overreport_cached_claims_the_whole_prompt_but_computes_exactly():
 def _prompt_logprobs(engine: LLMEngine, ids: list[int]) -> tuple[list[float], int]:
     seq = engine.generate(ids, 0, logprob_start_len=0)
     assert seq.error is None, seq.error
-    return seq.input_logprobs, seq.cached.total
+    return seq.input_logprobs, seq.reused
 
 
 def test_stale_prompt_logprob_buffer_serves_reused_positions_from_the_previous_request():

@@ -53,9 +53,9 @@ def test_asking_for_prompt_logprobs_caps_prefix_reuse_at_the_start_position():
         output_only = engine.generate(b, 1)
     finally:
         engine.close()
-    assert from_zero.cached.total == 0  # nothing may be reused before position 0
-    assert from_17.cached.total == 16  # at most 17, on a track boundary (interval 8)
-    assert output_only.cached.total == 24
+    assert from_zero.reused == 0  # nothing may be reused before position 0
+    assert from_17.reused == 16  # at most 17, on a track boundary (interval 8)
+    assert output_only.reused == 24
     assert from_17.input_logprobs == from_zero.input_logprobs[17:]
 
 
@@ -68,7 +68,7 @@ def test_a_prefill_only_request_returns_no_tokens_and_caches_its_prompt():
     finally:
         engine.close()
     assert seq.error is None and seq.output_ids == []
-    assert again.cached.total == 24  # the whole prompt's pages and checkpoints were kept
+    assert again.reused == 24  # the whole prompt's pages and checkpoints were kept
 
 
 def test_http_response_has_sglangs_input_logprob_shapes():

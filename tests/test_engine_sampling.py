@@ -19,7 +19,7 @@ def conversation(engine: LLMEngine, sampling: SamplingParams) -> list[tuple]:
     """A, then B = A + A's output + 5 tokens (B hits A's pages on a cached engine)."""
     a = engine.generate(prompts()["A"], 6, 3, sampling=sampling)
     b = engine.generate(a.input_ids + a.output_ids + draw(3, 5), 6, 3, sampling=sampling)
-    return [(s.output_ids, s.output_logprobs, s.output_top, s.cached.total) for s in (a, b)]
+    return [(s.output_ids, s.output_logprobs, s.output_top, s.reused) for s in (a, b)]
 
 
 @pytest.fixture(scope="module")

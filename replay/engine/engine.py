@@ -55,7 +55,7 @@ class ModelRunner:
                 past_kv=self.pool.gather(seq.pages, chunk.start),
                 ssm=seq.ssm,
                 logprob_rows=chunk.logprob_rows,
-                k_splits=self.faults.k_splits(seq.prompt_len - seq.cached.total) if prefill else 1,
+                k_splits=self.faults.k_splits(seq.prompt_len - seq.reused) if prefill else 1,
             ))
         results = self.model.forward(items)
         tokens, reported = [], []

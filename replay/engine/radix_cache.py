@@ -30,8 +30,20 @@ from replay.engine.host_tier import (
 )
 from replay.engine.kv_pool import KVPool
 from replay.engine.model import SSMState
-from replay.engine.sequence import CachedTokens
 from replay.engine.storage_tier import FileStorage
+
+
+@dataclass
+class CachedTokens:
+    """Prompt tokens reused from the prefix cache, by the tier their pages came from."""
+
+    device: int = 0
+    host: int = 0
+    storage: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.device + self.host + self.storage
 
 
 @dataclass(eq=False)

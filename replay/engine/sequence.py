@@ -16,7 +16,7 @@ from replay.engine.sampling import GREEDY, SamplingParams
 
 if TYPE_CHECKING:
     from replay.engine.model import SSMState
-    from replay.engine.radix_cache import Node
+    from replay.engine.radix_cache import CachedTokens, Node
 
 
 class SeqState(enum.Enum):
@@ -24,19 +24,6 @@ class SeqState(enum.Enum):
     PREFILLING = "prefilling"  # admitted; prompt chunks still to schedule
     DECODING = "decoding"  # prompt scheduled; decode steps or results outstanding
     FINISHED = "finished"  # every result processed, pages released
-
-
-@dataclass
-class CachedTokens:
-    """Prompt tokens reused from the prefix cache, by the tier their pages came from."""
-
-    device: int = 0
-    host: int = 0
-    storage: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.device + self.host + self.storage
 
 
 @dataclass(eq=False)
@@ -54,7 +41,7 @@ class Sequence:
     pages: list[int] = field(default_factory=list)  # page i holds positions [i*P, (i+1)*P)
     tree_pages: set[int] = field(default_factory=set)  # pages the radix cache owns (not ours to free)
     cache_node: Node | None = None  # deepest radix node this sequence locks
-    cached: CachedTokens = field(default_factory=CachedTokens)
+    cached: CachedTokens | None = None  # set by the scheduler when the prompt is admitted
     checkpoints: dict[int, list[SSMState]] = field(default_factory=dict)  # position -> states
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
@@ -83,6 +70,11 @@ class Sequence:
     @property
     def fully_scheduled(self) -> bool:
         return self.scheduled >= self.total_positions
+
+    @property
+    def reused(self) -> int:
+        """Prompt tokens that came from the prefix cache (0 without one)."""
+        return self.cached.total if self.cached is not None else 0
 
     @property
     def wants_prompt_logprobs(self) -> bool:

@@ -24,6 +24,7 @@ from aiohttp import web
 from replay.engine.engine import VERSION, EngineBusy, LLMEngine
 from replay.engine.model import HybridModel
 from replay.engine.options import EngineOptions
+from replay.engine.radix_cache import CachedTokens
 from replay.engine.sampling import GREEDY, SamplingParams
 from replay.engine.sequence import Sequence
 
@@ -221,6 +222,7 @@ class EngineApp:
         r.add_get("/health", self.health)
         r.add_get("/health_generate", self.health_generate)
         r.add_get("/hicache/storage-backend", self.storage_backend)
+        r.add_post("/hicache/storage-backend/clear", self.clear_storage)
         return app
 
     async def _run(self, requests: list[GenerateArgs]) -> list[Sequence]:
@@ -263,6 +265,7 @@ class EngineApp:
     def _response(self, seq: Sequence, args: GenerateArgs, latency: float) -> dict[str, Any]:
         """SGLang 0.5.23's response, key for key (TokenizerManager's meta_info)."""
         n = len(seq.output_ids)
+        tiers = seq.cached or CachedTokens()
         meta: dict[str, Any] = {
             "id": seq.rid,
             "finish_reason": {"type": "length", "length": seq.max_new_tokens},
@@ -280,9 +283,9 @@ class EngineApp:
                 meta["output_top_logprobs"] = _top_rows(seq.output_top)
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = n
-        meta["cached_tokens"] = self.engine.faults.reported_cached(seq.cached.total, seq.prompt_len)
+        meta["cached_tokens"] = self.engine.faults.reported_cached(tiers.total, seq.prompt_len)
         meta["weight_versions"] = [{"version": WEIGHT_VERSION, "start": 0, "end": n}]
-        meta["cached_tokens_details"] = self._cached_details(seq)
+        meta["cached_tokens_details"] = self._cached_details(tiers)
         meta["e2e_latency"] = latency
         meta["response_sent_to_client_ts"] = time.time()
         return {"text": "", "output_ids": list(seq.output_ids), "meta_info": meta}
@@ -295,9 +298,8 @@ class EngineApp:
             return []
         return _entries([None] + seq.input_logprobs, seq.input_ids[seq.logprob_start_len:])
 
-    def _cached_details(self, seq: Sequence) -> dict[str, Any] | None:
+    def _cached_details(self, cached: CachedTokens) -> dict[str, Any] | None:
         """None when nothing was cached, else the tiers (storage once a backend is attached)."""
-        cached = seq.cached
         if cached.total == 0:
             return None
         details: dict[str, Any] = {"device": cached.device, "host": cached.host}
@@ -329,6 +331,9 @@ class EngineApp:
         info.update(
             model_path=model.model_path,
             enable_deterministic_inference=True,
+            # Exact by construction (portable-math.md): the same bits on any device, page size
+            # and prefill chunking, so a numerics-parity check must not hold these against it.
+            numerics_independent_of=["device", "page_size", "chunked_prefill_size"],
             vocab_size=model.config.vocab_size,
             version=VERSION,
             launch_command=self.launch_command,
@@ -361,6 +366,17 @@ class EngineApp:
         if seq.error:
             return web.Response(status=503, text=seq.error)
         return web.Response()
+
+    async def clear_storage(self, request: web.Request) -> web.Response:
+        """POST /hicache/storage-backend/clear. Here L3 pages hang off the radix tree (no lookup
+        by hash), so a flush already empties the tier: clearing is a flush, refused while busy."""
+        if not self.engine.options.hicache_storage_backend:
+            return web.Response(status=400, text="no storage backend is attached\n")
+        try:
+            await asyncio.wrap_future(self.engine.request_flush())
+        except EngineBusy as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(text="Hierarchical cache storage backend cleared.\n")
 
     async def storage_backend(self, request: web.Request) -> web.Response:
         return web.json_response(
