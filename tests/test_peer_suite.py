@@ -62,3 +62,26 @@ def test_multiturn_kit_passes_greedy_with_zero_kl(model):
             server.url, "embedded", KL_EXACT, fulls[:2], turn_suffixes=[t[:2] for t in turns],
             assert_decode_cached_tokens=make_mamba_decode_assert(options.mamba_track_interval),
             max_new_tokens=CI_SHAPE.max_new_tokens, sampling_temperature=0)
+
+
+def test_engine_answers_decode_with_sglangs_own_response_contract(model):
+    """SGLang's typed API (sglang.api.v1) decodes every shape the engine sends: prompt and output
+    logprobs with top-k, a prefill-only answer, a batch."""
+    import json
+
+    from sglang.api.v1.api_types import GenerateResponse
+
+    from tests.test_engine_http import call
+
+    prompt = kit_inputs(CI_SHAPE)[1][0]
+    bodies = [
+        {"input_ids": prompt, "sampling_params": {"max_new_tokens": 4, "sampling_seed": 1},
+         "return_logprob": True, "logprob_start_len": 3, "top_logprobs_num": 2},
+        {"input_ids": prompt, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True},
+        {"input_ids": [prompt, prompt[:9]], "sampling_params": {"temperature": 0}},
+    ]
+    with start_server(profile_options("hicache", max_total_tokens=POOL), model=model) as server:
+        answers = [json.loads(call(server.url, "/generate", body)[1]) for body in bodies]
+    decoded = [GenerateResponse.from_json_value(a) for a in answers[:2] + answers[2]]
+    assert decoded[0].meta_info.input_top_logprobs[0] is None
+    assert decoded[1].meta_info.completion_tokens == 0 and decoded[2].meta_info.cached_tokens > 0
