@@ -36,6 +36,7 @@ class ClientOptions:
     backoff: float = 0.5  # seconds, doubled per attempt
     flush_wait: float = 30.0  # seconds to keep retrying /flush_cache while busy
     api_key: str | None = None  # sent as a Bearer token, never logged
+    admin_api_key: str | None = None  # for admin endpoints (SGLang's --admin-api-key), never logged
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
@@ -99,7 +100,8 @@ class ServerClient:
         if status == 404 and fallback:
             status, text = await self.raw("GET", fallback, fallback)
         if status != 200:
-            raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}")
+            raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}"
+                              f"{auth_hint(status)}")
         data = _decode(text, path)
         if not isinstance(data, dict):
             raise MalformedResponse(f"{path}: expected a JSON object")
@@ -122,11 +124,13 @@ class ServerClient:
         if status != 200:
             raise ServerError(
                 f"request {request_id}: {self.url}{path} answered HTTP {status}: {_short(text)}"
+                f"{auth_hint(status)}"
             )
         return text
 
     async def raw(
-        self, method: str, path: str, what: str, body: Any = None
+        self, method: str, path: str, what: str, body: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, str]:
         """One exchange, with retries only where the server did no work."""
         assert self._session is not None, "use ServerClient as an async context manager"
@@ -134,7 +138,8 @@ class ServerClient:
         for attempt in range(self.options.retries + 1):
             last = attempt == self.options.retries
             try:
-                async with self._session.request(method, self.url + path, json=body) as resp:
+                async with self._session.request(method, self.url + path, json=body,
+                                                 headers=headers) as resp:
                     text = await resp.text()
                     if resp.status in RETRYABLE_STATUS and not last:
                         await asyncio.sleep(delay)
@@ -154,6 +159,13 @@ class ServerClient:
             except aiohttp.ClientError as exc:
                 raise ServerError(f"{what}: connection to {self.url} failed: {_reason(exc)}") from None
         raise AssertionError("unreachable")
+
+
+def auth_hint(status: int) -> str:
+    """What a 401/403 means for the user, appended to the error line."""
+    if status in (401, 403):
+        return " (the server wants an API key: pass --api-key or set GOLDEN_API_KEY)"
+    return ""
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -133,7 +133,3 @@ class Journal:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-    def remove(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)

@@ -49,12 +49,15 @@ class ServerTarget:
     log_dir: Path = Path("golden-logs")
     fault: str | None = None  # embedded-engine profiles only
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
+    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.profile is None):
             raise UsageError("give exactly one of --server URL or --launch PROFILE")
-        if self.url is not None and (self.fault or self.extra_args):
-            raise UsageError("--fault and --server-arg apply only with --launch")
+        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
+            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
+                             "--launch")
 
     @property
     def label(self) -> str:
@@ -69,7 +72,8 @@ class ServerTarget:
         from replay.launch import server_for  # subprocess machinery only when launching
 
         return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
-                          extra_args=self.extra_args)
+                          extra_args=self.extra_args, attention_backend=self.attention_backend,
+                          notify=self.notify)
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
