@@ -34,6 +34,11 @@ class StubConfig:
     statuses: list[int] = field(default_factory=list)  # answer these first, one per request
     flush_busy: int = 0  # /flush_cache answers 400 this many times first
     reset: bool = False  # close the connection in the middle of every /generate body
+    raw_bytes: bytes | None = None  # every /generate answers these bytes verbatim
+    redirect: str | None = None  # every /generate answers 307 to this location
+    endless: bool = False  # every /generate streams a body that never ends
+    state_vocab: bool = True  # /server_info and /model_info name vocab_size
+    echo_auth: int | None = None  # every /generate answers this status, echoing Authorization
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -108,6 +113,20 @@ class StubServer:
             await resp.write(b'{"text": "", "output_ids": [1, 2')
             request.transport.close()
             return resp
+        if self.config.echo_auth:
+            auth = request.headers.get("Authorization") or ""
+            return web.Response(status=self.config.echo_auth,
+                                text=f"rejected {auth}; key was {auth.split()[-1] if auth else ''}")
+        if self.config.redirect:
+            raise web.HTTPTemporaryRedirect(self.config.redirect)
+        if self.config.raw_bytes is not None:
+            return web.Response(body=self.config.raw_bytes, content_type="application/json")
+        if self.config.endless:
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            await resp.write(b'{"text": "')
+            while True:
+                await resp.write(b"x" * 65536)
         if self.config.fail_status:
             return web.Response(status=self.config.fail_status, text="stub failure")
         if self.config.raw_body is not None:
@@ -127,11 +146,15 @@ class StubServer:
         info = {"model_path": self.config.model_path, "page_size": self.config.page_size,
                 "disable_radix_cache": not self.config.radix, "vocab_size": self.config.vocab_size,
                 **self.config.extra_server_info}
+        if not self.config.state_vocab:
+            info.pop("vocab_size")
         return web.json_response(info)
 
     async def _model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({"model_path": self.config.model_path,
-                                  "vocab_size": self.config.vocab_size})
+        info = {"model_path": self.config.model_path, "vocab_size": self.config.vocab_size}
+        if not self.config.state_vocab:
+            info.pop("vocab_size")
+        return web.json_response(info)
 
     async def _flush(self, request: web.Request) -> web.Response:
         if self.config.flush_busy > 0:
