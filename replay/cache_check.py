@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay.errors import UsageError
+from replay.errors import MalformedResponse, UsageError
 
 HYBRID_MARKERS = ("mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next",
                   "falcon_h1", "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "bamba")
@@ -99,7 +99,7 @@ def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
                      api_default: str | None = None) -> CacheExpectation:
     """Derive the expectation from what the server reports about itself (or, for adapters that
     know better, from their `api_default`)."""
-    if server_info.get("disable_radix_cache"):
+    if server_flag(server_info, "disable_radix_cache"):
         return CacheExpectation("none")
     if api_default in ("none", "any"):
         return CacheExpectation(api_default)
@@ -113,6 +113,16 @@ def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
     if interval and any(m in described for m in HYBRID_MARKERS):
         return CacheExpectation("mamba", page_size=page, interval=interval)
     return CacheExpectation("attention", page_size=page)
+
+
+def server_flag(server_info: dict[str, Any], key: str) -> bool:
+    """A boolean server setting, read strictly: absent or null is false, true/false are
+    themselves, anything else (the string "false", 0) is a MalformedResponse, because guessing
+    could silently switch a cache check off."""
+    value = server_info.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise MalformedResponse(f"server setting {key} is {str(value)[:40]!r}, not true or false")
 
 
 def _positive(value: Any, default: int) -> int:

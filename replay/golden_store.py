@@ -41,6 +41,9 @@ from zarr.storage import LocalStore
 
 from replay.errors import GoldenFormatError, UsageError
 from replay.golden import Golden, RecordedRequest
+from replay.golden_limits import (chunk_count_problem, chunk_size_problem,
+                                  declared_size_problems, read_stable, symlink_problem)
+from replay.golden_meaning import meaning_problems
 from replay.redact import redact_secrets
 
 SCHEMA = "golden-replay/golden/1"
@@ -114,20 +117,25 @@ def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
     """
     where = Path(path)
     try:
-        opened, arrays, problems = _open_and_check(where, verify=verify)
+        opened, arrays, problems = read_stable(lambda: _open_and_check(where, verify=verify),
+                                               where, lambda r: bool(r[2]))
     except _Unreadable as exc:
         raise GoldenFormatError(f"{where}: {exc}") from None
+    golden = None if problems else _assemble(opened.attrs, arrays)
+    problems = problems or meaning_problems(golden)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise GoldenFormatError(f"{where}: {problems[0]}{more}")
-    return _assemble(opened.attrs, arrays)
+    return golden
 
 
 def verify_golden(path: str | Path) -> list[str]:
     """Every problem found in the golden at `path`, [] when it is sound. Never raises for a bad
     golden: a missing path, garbage metadata or an undecodable chunk are all reported."""
     try:
-        return _open_and_check(Path(path), verify=True)[2]
+        opened, arrays, problems = read_stable(lambda: _open_and_check(Path(path), verify=True),
+                                               Path(path), lambda r: bool(r[2]))
+        return problems or meaning_problems(_assemble(opened.attrs, arrays))
     except _Unreadable as exc:
         return [str(exc)]
     except Exception as exc:  # noqa: BLE001 - the contract is to report, not to raise
@@ -526,6 +534,8 @@ def _open(path: Path, *, verify: bool) -> _Opened:
         raise _Unreadable("is not a directory (a golden is a NAME.zarr directory)")
     if not (path / "zarr.json").is_file():
         raise _Unreadable("is not a zarr v3 group (no zarr.json)")
+    if symlink_problem(path):
+        raise _Unreadable(symlink_problem(path))
     try:
         store = LocalStore(path, read_only=True)
         group = zarr.open_group(store=store, mode="r", zarr_format=3, use_consolidated=False)
@@ -535,7 +545,7 @@ def _open(path: Path, *, verify: bool) -> _Opened:
     _check_schema(attrs)
     if verify and attrs.get("attrs_sha256") != _safe_attrs_sha256(attrs):
         raise _Unreadable("metadata checksum mismatch (root zarr.json attributes edited or corrupted)")
-    problem = _attrs_problem(attrs)
+    problem = _attrs_problem(attrs) or next(iter(declared_size_problems(attrs)), None)
     if problem:
         raise _Unreadable(f"malformed metadata: {problem}")
     return _Opened(path=path, group=group, attrs=attrs)
@@ -628,9 +638,16 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
     if not meta_path.is_file():
         raise _Unreadable("missing (no zarr.json)")
     chunk_shape = _vet_array_metadata(meta_path, name, entry)
-    if not all((opened.path / name / key).is_file() for key in _chunk_keys(entry["shape"], chunk_shape)):
+    too_many = chunk_count_problem(entry["shape"], chunk_shape)
+    if too_many:
+        raise _Unreadable(too_many)
+    chunks = [opened.path / name / key for key in _chunk_keys(entry["shape"], chunk_shape)]
+    if not all(chunk.is_file() for chunk in chunks):
         # zarr would silently return fill values for a missing chunk
         raise _Unreadable("chunk missing (truncated golden?)")
+    oversized = chunk_size_problem(chunks, chunk_shape, entry["data_type"])
+    if oversized:
+        raise _Unreadable(oversized)
     try:
         arr = opened.group[name]
         data = np.asarray(arr[...])

@@ -191,7 +191,7 @@ def test_a_reference_with_a_nan_infinite_or_positive_logprob_is_refused(tmp_path
         res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
                                   "--out", str(out), "-q"])
     text = one_line_error(res)
-    assert "g0b0t0" in text and "position 3" in text
+    assert "g0/b0/t0" in text and "position 3" in text
     assert not out.exists()
 
 

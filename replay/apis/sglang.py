@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay.apis.base import SAMPLING, Completion, malformed, number, token_id
+from replay.apis.base import MAX_TOKEN_ID, SAMPLING, Completion, malformed, number, token_id
 
 if TYPE_CHECKING:
     from replay.client import ServerClient
@@ -156,9 +156,12 @@ def _fast_token_logprobs(
         return None
     if not set(map(type, values)) <= _NUMBER_TYPES or not set(map(type, tokens)) <= {int}:
         return None
-    if tokens and not np.array_equal(np.array(tokens, dtype=np.int64), output_ids):
+    try:
+        if tokens and not np.array_equal(np.array(tokens, dtype=np.int64), output_ids):
+            return None
+        return np.array(values, dtype=np.float64)
+    except OverflowError:  # an int past int64 or a float past float64: the slow path names it
         return None
-    return np.array(values, dtype=np.float64)
 
 
 def _fast_top(
@@ -176,13 +179,18 @@ def _fast_top(
         return None
     if not set(map(type, values)) <= _NUMBER_TYPES or not set(map(type, tokens)) <= {int}:
         return None
-    ids = np.array(tokens, dtype=np.int64).reshape(n, k)
-    if ids.size and (ids.min() < 0 or (vocab_size is not None and ids.max() >= vocab_size)):
+    try:
+        ids = np.array(tokens, dtype=np.int64).reshape(n, k)
+        lps = np.array(values, dtype=np.float64).reshape(n, k)
+    except OverflowError:
+        return None
+    limit = vocab_size if vocab_size is not None else MAX_TOKEN_ID + 1
+    if ids.size and (ids.min() < 0 or ids.max() >= limit):
         return None
     ordered = np.sort(ids, axis=1)
     if k > 1 and np.any(ordered[:, 1:] == ordered[:, :-1]):
         return None
-    return ids.astype(np.int32), np.array(values, dtype=np.float64).reshape(n, k)
+    return ids.astype(np.int32), lps
 
 
 def _checked_top(

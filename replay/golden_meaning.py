@@ -1,0 +1,132 @@
+"""What a golden must mean, beyond its bytes.
+
+Checksums prove that a golden's bytes are the ones written; they do not prove that the golden can
+judge anything. A tampered golden with recomputed checksums, or a reference recorded from a
+broken server, verifies byte for byte and then replays as a meaningless PASS. These pure
+functions check the meaning (`verify` and every read call them):
+
+- there is something to compare: at least one request and one output token;
+- the tree is a conversation tree: a request has turn 0 exactly when it has no parent, else its
+  parent's turn + 1 in its parent's group and branch (cache expectations are judged per turn, so
+  a golden whose turns are all 0 would switch them off);
+- each request has exactly `max_new_tokens` outputs (generation ignores EOS);
+- every logprob is a log-probability: finite and <= 0 (a NaN compares equal to itself bit for
+  bit, so a NaN reference would pass against the same broken server);
+- token ids are in [0, vocabulary size) (in [0, 2^31) when the vocabulary is unknown), top-k
+  rows hold distinct ids, and the top-k width is the scenario's.
+The recorder refuses a reference that breaks the logprob rule (`logprob_problem`), so such a
+golden is never written in the first place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replay.fingerprint import vocab_size
+from replay.golden import Golden
+
+MAX_PROBLEMS = 20
+
+
+def logprob_problem(logprobs: np.ndarray, top_ids: np.ndarray | None = None,
+                    top_logprobs: np.ndarray | None = None) -> str | None:
+    """Where logprobs stop being log-probabilities (NaN, infinite or positive), or None.
+    Top-k entries count where an id is present (-1 marks an absent one)."""
+    bad = ~(logprobs <= 0) | np.isinf(logprobs)  # NaN fails `<= 0`
+    if bad.any():
+        p = int(np.argmax(bad))
+        return f"logprob {float(logprobs[p])!r} at output position {p}"
+    if top_ids is not None and top_logprobs is not None and top_ids.size:
+        bad_top = (top_ids >= 0) & (~(top_logprobs <= 0) | np.isinf(top_logprobs))
+        if bad_top.any():
+            p, j = (int(x) for x in np.argwhere(bad_top)[0])
+            return (f"top-k logprob {float(top_logprobs[p, j])!r} at output position {p} "
+                    f"(rank {j})")
+    return None
+
+
+def meaning_problems(golden: Golden) -> list[str]:
+    """Everything that makes the golden unable to judge a replay ([] when it is sound)."""
+    reqs = golden.requests
+    if not reqs:
+        return ["it holds no requests: a replay would compare nothing"]
+    problems: list[str] = []
+    if sum(len(r.output_ids) for r in reqs) == 0:
+        problems.append("it holds no output tokens: a replay would compare nothing")
+    problems += _tree_problems(golden)
+    vocab = vocab_size(_dict(golden.meta.get("model_info")), _dict(golden.meta.get("server_info")))
+    limit = vocab if vocab is not None else 2**31
+    problems += _id_problems("prefix", golden.prefixes, limit)
+    problems += _id_problems("new_tokens", [r.new_tokens for r in reqs], limit, reqs)
+    problems += _id_problems("output_ids", [r.output_ids for r in reqs], limit, reqs)
+    k = golden.top_k
+    want_k = golden.scenario.get("top_k")
+    if isinstance(want_k, int) and want_k > 0 and k != want_k:
+        problems.append(f"top-k width {k}, but its scenario asks for {want_k}")
+    for r in reqs:
+        if len(problems) >= MAX_PROBLEMS:
+            break
+        if len(r.output_ids) != r.max_new_tokens:
+            problems.append(f"request {r.id}: {len(r.output_ids)} output tokens, but "
+                            f"max_new_tokens is {r.max_new_tokens}")
+        problem = logprob_problem(r.logprobs, r.top_ids, r.top_logprobs)
+        if problem:
+            problems.append(f"request {r.id}: {problem} is not a log-probability")
+        if r.top_ids is not None:
+            problems += _top_problems(r.id, r.top_ids, len(r.output_ids), limit)
+    return problems[:MAX_PROBLEMS]
+
+
+def _tree_problems(golden: Golden) -> list[str]:
+    reqs = golden.requests
+    problems = []
+    for i, r in enumerate(reqs):
+        if r.parent < 0:
+            ok = r.turn == 0
+        else:
+            p = reqs[r.parent] if 0 <= r.parent < i else None
+            ok = (p is not None and r.turn == p.turn + 1 and r.group == p.group
+                  and r.branch == p.branch)
+        if not ok:
+            problems.append(f"request {r.id}: turn {r.turn} with parent {r.parent} is not a "
+                            "conversation tree (turn 0 exactly for roots, else the parent's "
+                            "turn + 1 in its group and branch)")
+            if len(problems) >= 3:
+                break
+    return problems
+
+
+def _id_problems(what: str, parts: list[np.ndarray], limit: int,
+                 reqs: list[Any] | None = None) -> list[str]:
+    if not parts:
+        return []
+    flat = np.concatenate([np.asarray(p).ravel() for p in parts])
+    if not flat.size or (flat.min() >= 0 and flat.max() < limit):
+        return []
+    where = int(np.argmax((flat < 0) | (flat >= limit)))
+    owner, start = 0, 0
+    for owner, part in enumerate(parts):
+        if where < start + np.asarray(part).size:
+            break
+        start += np.asarray(part).size
+    name = reqs[owner].id if reqs is not None else f"group {owner}"
+    return [f"{what} of {name}: token id {int(flat[where])} outside [0, {limit})"]
+
+
+def _top_problems(request_id: str, ids: np.ndarray, n: int, limit: int) -> list[str]:
+    if ids.ndim != 2 or ids.shape[0] != n:
+        return [f"request {request_id}: top-k has {ids.shape[0]} rows for {n} output tokens"]
+    if ids.size and (ids.min() < -1 or ids.max() >= limit):
+        return [f"request {request_id}: top-k token id outside [0, {limit})"]
+    ordered = np.sort(ids, axis=1)
+    dup = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    if dup.any():
+        row = int(np.argwhere(dup)[0][0])
+        return [f"request {request_id}: top-k row {row} lists a token id twice"]
+    return []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
