@@ -102,9 +102,11 @@ def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Pa
         _write_store(tmp, arrays, attrs)
         _fsync_tree(tmp)
         _move_into_place(tmp, target, force)
-    except BaseException:
+    except BaseException as exc:
         # Also on KeyboardInterrupt: never leave our own temp directory behind.
         _remove(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None:  # e.g. a full disk: name the golden
+            raise OSError(exc.errno, exc.strerror or str(exc), str(given)) from None
         raise
     return given
 
