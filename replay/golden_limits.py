@@ -4,9 +4,9 @@ A golden is input, and a hostile one is small: a few hundred bytes of metadata m
 array of 1e8 elements in 1e8 one-element chunks, or a 236 KB zstd chunk may expand to 2 GiB.
 Before the reader touches an array it checks here that:
 
-- every declared shape fits what the golden's own metadata implies (its scenario, bounded by
-  `ScenarioSpec`, and its request count): output arrays at most requests x max_new_tokens
-  (x top-k), input arrays at most what the scenario draws;
+- every declared shape fits what the golden's own metadata implies (its scenario's sizes, each
+  within `ScenarioSpec`'s bounds, and its request count): output arrays at most requests x
+  max_new_tokens (x top-k), input arrays at most what the scenario draws;
 - every array has at most `MAX_CHUNKS` chunks, and each zstd chunk declares (in its frame
   header) a decompressed size no larger than its chunk holds, so nothing decompresses past it;
 - nothing inside the golden is a symbolic link (a link could point anywhere: /dev/zero, a file
@@ -28,8 +28,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from replay.errors import GoldenError
-from replay.scenario import ScenarioSpec
+from replay.scenario import LIMITS, MAX_REQUESTS, MAX_TOTAL_TOKENS
 
 T = TypeVar("T")
 MAX_CHUNKS = 65_536  # per array; the writer uses one
@@ -38,23 +37,38 @@ STABLE_READ_ATTEMPTS = 5
 
 
 def declared_size_problems(attrs: dict[str, Any]) -> list[str]:
-    """Arrays whose declared shape exceeds what the metadata implies (checked before reading)."""
-    try:
-        spec = ScenarioSpec.from_dict(dict(attrs["scenario"]))
-    except (GoldenError, TypeError, ValueError) as exc:
-        return [f"scenario metadata is not a valid scenario ({exc})"]
+    """Arrays whose declared shape exceeds what the metadata implies (checked before reading).
+
+    The scenario's sizes are used where it states them (every recorded golden does), each
+    capped by `ScenarioSpec`'s bounds; a size it does not state falls back to the bound on a
+    whole scenario (`MAX_TOTAL_TOKENS` elements)."""
+    scenario = attrs["scenario"]
+
+    def size(key: str, cap: int) -> int | None:
+        value = scenario.get(key)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return min(value, cap) if ok else None
+
     n = len(attrs["request_ids"])
-    if n > spec.requests:
-        return [f"{n} requests, more than its scenario's {spec.requests}"]
     k = attrs["top_k"]
-    if k > spec.top_k:
-        return [f"top_k {k} is larger than its scenario's {spec.top_k}"]
-    outputs = n * spec.max_new_tokens
+    if n > MAX_REQUESTS or k > LIMITS["top_k"]:
+        return [f"{n} requests of top-k {k}: larger than any scenario may be"]
+    max_new = size("max_new_tokens", LIMITS["max_new_tokens"])
+    groups = size("groups", LIMITS["groups"])
+    prefix = size("prefix_len", LIMITS["prefix_len"])
+    suffixes = [size(key, LIMITS[key]) for key in ("suffix_len", "turn_suffix_len")]
+
+    def bound(value: int | None) -> int:
+        return MAX_TOTAL_TOKENS if value is None else min(value, MAX_TOTAL_TOKENS)
+
+    outputs = bound(None if max_new is None else n * max_new)
     limits = {
-        "prefix_tokens": spec.groups * spec.prefix_len, "prefix_offsets": spec.groups + 1,
-        "requests": n * 6, "new_tokens": n * max(spec.suffix_len, spec.turn_suffix_len),
-        "new_token_offsets": n + 1, "output_ids": outputs, "output_offsets": n + 1,
-        "logprobs": outputs, "top_ids": outputs * k, "top_logprobs": outputs * k,
+        "prefix_tokens": bound(None if groups is None or prefix is None else groups * prefix),
+        "prefix_offsets": bound(None if groups is None else groups + 1),
+        "requests": n * 6, "new_token_offsets": n + 1, "output_offsets": n + 1,
+        "new_tokens": bound(None if None in suffixes else n * max(suffixes)),  # type: ignore[type-var]
+        "output_ids": outputs, "logprobs": outputs,
+        "top_ids": outputs * k, "top_logprobs": outputs * k,
     }
     problems = []
     for name, entry in attrs["arrays"].items():

@@ -2,13 +2,14 @@
 
 Checksums prove that a golden's bytes are the ones written; they do not prove that the golden can
 judge anything. A tampered golden with recomputed checksums, or a reference recorded from a
-broken server, verifies byte for byte and then replays as a meaningless PASS. These pure
-functions check the meaning (`verify` and every read call them):
+broken server, verifies byte for byte and then replays as a meaningless PASS. These functions
+check the meaning (`golden verify` and every replay call them; the storage layer itself stays a
+bit-exact store of whatever it is given):
 
 - there is something to compare: at least one request and one output token;
 - the tree is a conversation tree: a request has turn 0 exactly when it has no parent, else its
-  parent's turn + 1 in its parent's group and branch (cache expectations are judged per turn, so
-  a golden whose turns are all 0 would switch them off);
+  parent's turn + 1 (cache expectations are judged per turn, so a golden whose turns are all 0
+  would switch them off);
 - each request has exactly `max_new_tokens` outputs (generation ignores EOS);
 - every logprob is a log-probability: finite and <= 0 (a NaN compares equal to itself bit for
   bit, so a NaN reference would pass against the same broken server);
@@ -20,14 +21,32 @@ golden is never written in the first place.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from replay.errors import GoldenFormatError
 from replay.fingerprint import vocab_size
 from replay.golden import Golden
+from replay.golden_store import read_golden, verify_golden
 
 MAX_PROBLEMS = 20
+
+
+def verify_meaning(path: Path) -> list[str]:
+    """Every problem of the golden at `path`: its bytes (`verify_golden`), then its meaning."""
+    problems = verify_golden(path)
+    return problems or meaning_problems(read_golden(path, verify=False))
+
+
+def check_meaning(golden: Golden, name: str) -> Golden:
+    """The golden, or GoldenFormatError naming its first problem of meaning."""
+    problems = meaning_problems(golden)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise GoldenFormatError(f"{name}: {problems[0]}{more}")
+    return golden
 
 
 def logprob_problem(logprobs: np.ndarray, top_ids: np.ndarray | None = None,
@@ -86,13 +105,11 @@ def _tree_problems(golden: Golden) -> list[str]:
         if r.parent < 0:
             ok = r.turn == 0
         else:
-            p = reqs[r.parent] if 0 <= r.parent < i else None
-            ok = (p is not None and r.turn == p.turn + 1 and r.group == p.group
-                  and r.branch == p.branch)
+            ok = 0 <= r.parent < i and r.turn == reqs[r.parent].turn + 1
         if not ok:
             problems.append(f"request {r.id}: turn {r.turn} with parent {r.parent} is not a "
                             "conversation tree (turn 0 exactly for roots, else the parent's "
-                            "turn + 1 in its group and branch)")
+                            "turn + 1)")
             if len(problems) >= 3:
                 break
     return problems

@@ -28,6 +28,7 @@ from replay.connection import Connection, connect
 from replay.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
 from replay.fingerprint import model_identity, redact_url
 from replay.golden import Golden
+from replay.golden_meaning import check_meaning
 from replay.golden_store import read_golden, write_golden
 from replay.journal import Journal, journal_path
 from replay.recorder import RecordOptions, record, server_facts
@@ -77,7 +78,9 @@ class ServerTarget:
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
+    """The golden to replay, its meaning checked (replay/golden_meaning.py), then sharded."""
     loaded = read_golden(golden) if isinstance(golden, Path) else golden
+    check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
     return shard_golden(loaded, shard) if shard else loaded
 
 
