@@ -84,12 +84,23 @@ def meaning_problems(golden: Golden) -> list[str]:
     want_k = golden.scenario.get("top_k")
     if isinstance(want_k, int) and want_k > 0 and k != want_k:
         problems.append(f"top-k width {k}, but its scenario asks for {want_k}")
+    problems += [f"request {r.id}: {len(r.output_ids)} output tokens, but max_new_tokens is "
+                 f"{r.max_new_tokens}" for r in reqs if len(r.output_ids) != r.max_new_tokens]
+    # One vectorized pass over everything; the per-request pass only names what it found.
+    with_top = [r for r in reqs if r.top_ids is not None and r.top_logprobs is not None]
+    everything = logprob_problem(
+        np.concatenate([r.logprobs for r in reqs]),
+        np.concatenate([r.top_ids for r in with_top]) if with_top else None,
+        np.concatenate([r.top_logprobs for r in with_top]) if with_top else None)
+    tops = [r.top_ids for r in with_top if r.top_ids.ndim == 2 and r.top_ids.shape[1] == k]
+    top_rows_ok = len(tops) == len(with_top) and not _top_problems(
+        "", np.concatenate(tops) if tops else np.empty((0, k), np.int32),
+        sum(len(t) for t in tops), limit)
+    if everything is None and top_rows_ok:
+        return problems[:MAX_PROBLEMS]
     for r in reqs:
         if len(problems) >= MAX_PROBLEMS:
             break
-        if len(r.output_ids) != r.max_new_tokens:
-            problems.append(f"request {r.id}: {len(r.output_ids)} output tokens, but "
-                            f"max_new_tokens is {r.max_new_tokens}")
         problem = logprob_problem(r.logprobs, r.top_ids, r.top_logprobs)
         if problem:
             problems.append(f"request {r.id}: {problem} is not a log-probability")

@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from replay.client import ClientOptions, ServerClient  # noqa: E402
 from replay.diff import Policy, diff_outputs  # noqa: E402
-from replay.apis.sglang import generate_body, parse_completion  # noqa: E402
+from replay.apis.sglang import SGLangApi  # noqa: E402
+from replay.connection import Connection  # noqa: E402
 
 
 def canned_response(n: int, k: int) -> dict:
@@ -74,11 +75,12 @@ def wait_up(port: int) -> None:
 
 
 async def ours(url: str, requests: int, n: int, k: int, concurrency: int) -> float:
-    body = generate_body(np.arange(600, dtype=np.int32), n, k)
+    ids = np.arange(600, dtype=np.int32)
     async with ServerClient(url, ClientOptions(concurrency=concurrency)) as client:
+        conn = Connection(client, SGLangApi())  # the path every record and replay takes
+
         async def one(i: int) -> None:
-            raw = await client.generate(body, f"r{i}")
-            parse_completion(raw, f"r{i}", max_new_tokens=n, top_k=k, vocab_size=4096)
+            await conn.complete(ids, f"r{i}", max_new_tokens=n, top_k=k, vocab_size=4096)
         t = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(requests)))
         return time.perf_counter() - t
