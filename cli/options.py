@@ -22,15 +22,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
 
 
-def exits_cleanly(fn: F) -> F:
-    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG)."""
+def exits_cleanly(fn: F, *, signals: bool = True) -> F:
+    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG).
+    With `signals`, SIGTERM and SIGHUP interrupt the command like Ctrl-C (`signals_interrupt`);
+    `golden serve` keeps the default (a server stopped by SIGTERM just ends)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from replay.errors import GoldenError
 
         try:
-            with signals_interrupt():
+            with signals_interrupt() if signals else contextlib.nullcontext():
                 return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise

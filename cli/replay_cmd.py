@@ -81,12 +81,10 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
     from cli import render
     from cli.options import interruption
     from replay.report import report_dict
-    from replay.report_files import write_reports
+    from replay.report_files import remove_stale, write_reports
     from replay.session import replay_golden
 
-    for old in (report, junit, html):  # a run killed outright must not leave a stale verdict
-        if old is not None:
-            old.unlink(missing_ok=True)
+    remove_stale(report, junit, html)
     try:
         doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
                             progress=progress_bars(quiet))

@@ -31,6 +31,14 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def remove_stale(*paths: Path | None) -> None:
+    """Remove a previous run's report files before a run starts: a run killed outright (even by
+    SIGKILL) then leaves no report rather than a stale verdict."""
+    for path in paths:
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+
+
 def json_text(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 

@@ -25,7 +25,8 @@ from replay.golden_compare import compare_goldens
 from replay.golden_store import read_golden, write_golden
 from replay.recorder import RecordOptions
 from replay.scenario import ScenarioSpec, build_plan
-from replay.session import ServerTarget, record_connected, reference_warnings
+from replay.session import (ServerTarget, known_secrets, record_connected, reference_warnings,
+                            secrets_scrubbed)
 
 UNCHANGED = "unchanged"
 CHANGED = "changed"
@@ -89,7 +90,8 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
                     replace_golden(result, new, notify)
         return results
 
-    with target.serving() as url:
+    secrets = known_secrets(client_options or ClientOptions(), target)
+    with secrets_scrubbed(secrets), target.serving() as url:
         return aio.run(go(url))
 
 
