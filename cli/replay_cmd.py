@@ -11,6 +11,9 @@ from typing import Any
 import typer
 
 from cli.options import (
+    AllowNumericsMismatchOpt,
+    AttentionBackendOpt,
+    AdminApiKeyOpt,
     AllowModelMismatchOpt,
     ApiKeyOpt,
     ApiOpt,
@@ -43,6 +46,7 @@ def replay(
     server: str = ServerOpt,
     launch: str = LaunchOpt,
     model: str = ModelOpt,
+    attention_backend: str = AttentionBackendOpt,
     log_dir: Path = LogDirOpt,
     server_arg: list[str] = ServerArgOpt,
     shard: str = ShardOpt,
@@ -55,21 +59,24 @@ def replay(
     expect_cache: str = ExpectCacheOpt,
     require_tier: str = RequireTierOpt,
     allow_model_mismatch: bool = AllowModelMismatchOpt,
+    allow_numerics_mismatch: bool = AllowNumericsMismatchOpt,
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
+    admin_api_key: str = AdminApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit."""
     from replay.shard import parse_shard
 
     options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
-                             allow_model_mismatch)
-    copts = client_options(concurrency, timeout, api_key)
+                             allow_model_mismatch, allow_numerics_mismatch)
+    copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    target = server_target(server, launch, model, log_dir, server_arg=server_arg)
+    target = server_target(server, launch, model, log_dir, server_arg=server_arg,
+                           attention_backend=attention_backend)
     raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
                                        quiet=quiet, report=report, junit=junit, html=html))
 

@@ -45,6 +45,7 @@ class ClientOptions:
     backoff: float = 0.5  # seconds, doubled per attempt
     flush_wait: float = 30.0  # seconds to keep retrying /flush_cache while busy
     api_key: str | None = None  # sent as a Bearer token, never logged
+    admin_api_key: str | None = None  # for admin endpoints (SGLang's --admin-api-key), never logged
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
@@ -68,7 +69,8 @@ class ServerClient:
         self._base = url.rstrip("/")  # with credentials, for requests only
         self.url = redact_text(self._base)  # for messages and metadata
         self.options = options or ClientOptions()
-        self.secrets = tuple(s for s in (self.options.api_key, *url_secrets(url)) if s)
+        self.secrets = tuple(s for s in (self.options.api_key, self.options.admin_api_key,
+                                         *url_secrets(url)) if s)
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(self.options.concurrency)
 
@@ -108,7 +110,7 @@ class ServerClient:
                                                 max_bytes)
         if status != 200:
             raise ServerError(f"request {request_id}: {self.url}{path} answered HTTP {status}: "
-                              f"{self._text(data)}")
+                              f"{self._text(data)}{auth_hint(status)}")
         return _decode(data, f"request {request_id}")
 
     async def get_json(self, path: str, fallback: str | None = None) -> dict[str, Any]:
@@ -118,7 +120,8 @@ class ServerClient:
         if status == 404 and fallback:
             status, data = await self._exchange("GET", fallback, fallback)
         if status != 200:
-            raise ServerError(f"{self.url}{path} answered HTTP {status}: {self._text(data)}")
+            raise ServerError(f"{self.url}{path} answered HTTP {status}: {self._text(data)}"
+                              f"{auth_hint(status)}")
         obj = _decode(data, path)
         if not isinstance(obj, dict):
             raise MalformedResponse(f"{path}: expected a JSON object")
@@ -137,17 +140,19 @@ class ServerClient:
             await asyncio.sleep(0.2)
 
     async def raw(
-        self, method: str, path: str, what: str, body: Any = None
+        self, method: str, path: str, what: str, body: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, str]:
         """One exchange: the status and the body as text (scrubbed of the secret values)."""
-        status, data = await self._exchange(method, path, what, body)
+        status, data = await self._exchange(method, path, what, body, headers=headers)
         return status, self.scrub(data.decode("utf-8", errors="replace"))
 
     def _text(self, data: bytes) -> str:
         return _short(self.scrub(data.decode("utf-8", errors="replace")))
 
     async def _exchange(self, method: str, path: str, what: str, body: Any = None,
-                        max_bytes: int = SETTINGS_MAX_BYTES) -> tuple[int, bytes]:
+                        max_bytes: int = SETTINGS_MAX_BYTES,
+                        headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """One exchange, with retries only where the server did no work."""
         assert self._session is not None, "use ServerClient as an async context manager"
         delay = self.options.backoff
@@ -155,7 +160,7 @@ class ServerClient:
             last = attempt == self.options.retries
             try:
                 async with self._session.request(method, self._base + path, json=body,
-                                                 allow_redirects=False) as resp:
+                                                 headers=headers, allow_redirects=False) as resp:
                     if 300 <= resp.status < 400:
                         raise ServerError(self._redirect_message(what, path, resp))
                     data = await self._read_bounded(resp, what, max_bytes)
@@ -198,6 +203,13 @@ class ServerClient:
                 raise ServerError(too_big)
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def auth_hint(status: int) -> str:
+    """What a 401/403 means for the user, appended to the error line."""
+    if status in (401, 403):
+        return " (the server wants an API key: pass --api-key or set GOLDEN_API_KEY)"
+    return ""
 
 
 def _decode(data: bytes, what: str) -> Any:

@@ -39,6 +39,9 @@ class Connection:
     async def flush_cache(self) -> None:
         await self.api.flush_cache(self.client)
 
+    async def clear_storage(self, server_info: dict[str, Any]) -> bool:
+        return await self.api.clear_storage(self.client, server_info)
+
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None) -> Completion:
         """One generation: the adapter's request, sent, and its answer parsed strictly."""

@@ -163,6 +163,3 @@ class Journal:
             self._lock_file.close()
             self._lock_file = None
 
-    def remove(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ from replay.golden_meaning import logprob_problem
 from replay.journal import Journal
 from replay.runner import check_schedule, run_nodes
 from replay.scenario import Plan, check_vocab
+from replay.server_checks import check_sampling_defaults
 from replay.tree import input_ids
 
 Progress = Callable[[str], None]  # called with the request id as each completes
@@ -93,7 +94,7 @@ class ServerFacts:
 
     @property
     def model(self) -> str | None:
-        return model_identity(self.model_info, self.server_info)
+        return model_identity(self.model_info, self.server_info).label
 
 
 async def server_facts(conn: Connection) -> ServerFacts:
@@ -108,6 +109,7 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
     completed request and skips those in `already` (resumed)."""
     facts = facts or await server_facts(conn)
     check_vocab(plan.spec, facts.vocab)
+    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
     runs: list[list[Completion]] = []
     for attempt in range(options.check_determinism):
         if attempt > 0:

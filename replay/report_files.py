@@ -50,10 +50,10 @@ def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Pat
     if report:
         write_atomic(report, json_text(doc))
     if junit:
-        from replay.report import junit_xml
+        from replay.report_views import junit_xml
 
         write_atomic(junit, junit_text if junit_text is not None else junit_xml(doc))
     if html:
-        from replay.html_report import render_html
+        from replay.html import render_html
 
         write_atomic(html, render_html(doc))

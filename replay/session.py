@@ -32,8 +32,8 @@ from replay.golden_meaning import check_meaning
 from replay.golden_store import read_golden, write_golden
 from replay.journal import Journal, journal_path
 from replay.recorder import RecordOptions, record, server_facts
-from replay.replayer import ReplayOptions, replay
 from replay.redact import scrub, url_secrets
+from replay.replayer import ReplayOptions, replay
 from replay.report import report_dict
 from replay.scenario import Plan
 from replay.shard import shard_golden
@@ -54,12 +54,15 @@ class ServerTarget:
     log_dir: Path = Path("golden-logs")
     fault: str | None = None  # embedded-engine profiles only
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
+    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.profile is None):
             raise UsageError("give exactly one of --server URL or --launch PROFILE")
-        if self.url is not None and (self.fault or self.extra_args):
-            raise UsageError("--fault and --server-arg apply only with --launch")
+        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
+            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
+                             "--launch")
 
     @property
     def label(self) -> str:
@@ -74,7 +77,8 @@ class ServerTarget:
         from replay.launch import server_for  # subprocess machinery only when launching
 
         return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
-                          extra_args=self.extra_args)
+                          extra_args=self.extra_args, attention_backend=self.attention_backend,
+                          notify=self.notify)
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
@@ -139,8 +143,9 @@ def compared_nothing(result: Any) -> None:
 
 
 def known_secrets(client: ClientOptions, target: "ServerTarget") -> tuple[str, ...]:
-    """The secret values this run knows: the API key and the server URL's password."""
-    return tuple(s for s in (client.api_key, *url_secrets(target.url or "")) if s)
+    """The secret values this run knows: the API keys and the server URL's password."""
+    return tuple(s for s in (client.api_key, client.admin_api_key, *url_secrets(target.url or ""))
+                 if s)
 
 
 @contextlib.contextmanager
@@ -241,7 +246,7 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     try:
         golden = await record(conn, plan, options, tick, facts=facts, journal=journal,
                               already=already)
-        after = model_identity(await conn.model_info(), facts.server_info)
+        after = model_identity(await conn.model_info(), facts.server_info).label
         if after != facts.model:
             raise ModelChanged(f"the server's model changed during the recording ({facts.model!r} "
                                f"at the start, {after!r} at the end): nothing was written")

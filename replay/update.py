@@ -19,7 +19,7 @@ from replay.client import ClientOptions
 from replay.connection import Connection, connect
 from replay.diff import Policy
 from replay.errors import GoldenError, ModelMismatch
-from replay.fingerprint import model_identity
+from replay.fingerprint import ModelIdentity, model_identity, model_mismatch
 from replay.golden import Golden
 from replay.golden_compare import compare_goldens
 from replay.golden_store import read_golden, write_golden
@@ -96,16 +96,17 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
 
 
 async def update_one(conn: Connection, path: Path, options: UpdateOptions, *,
-                     serving: str | None = None) -> tuple[UpdateResult, Golden | None]:
+                     serving: ModelIdentity | None = None) -> tuple[UpdateResult, Golden | None]:
     """Re-record and compare one golden; the new recording comes back only when it changed.
     A golden recorded with another model than the server's (`serving`) is an error unless
     `options.allow_model_change`: replacing it would silently change what it tests."""
     try:
         old = read_golden(path)
         recorded = model_identity(old.meta.get("model_info") or {}, old.meta.get("server_info") or {})
-        if recorded and serving and recorded != serving and not options.allow_model_change:
-            raise ModelMismatch(f"recorded with {recorded!r}, but the server serves {serving!r}: "
-                                "not re-recorded (pass --allow-model-change to replace it)")
+        changed = model_mismatch(recorded, serving) if serving is not None else None
+        if changed and not options.allow_model_change:
+            raise ModelMismatch(f"{changed}: not re-recorded (pass --allow-model-change to "
+                                "replace it)")
         new = await rerecord(conn, old, options.record)
         report = compare_goldens(old, new, str(path), f"{path} (re-recorded)", options.policy)
     except GoldenError as exc:

@@ -36,6 +36,7 @@ class Completion:
     cached_details: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "length"
     prompt_tokens: int | None = None
+    num_retractions: int = 0  # times the scheduler dropped and recomputed the request
 
 
 class Api(Protocol):
@@ -65,6 +66,11 @@ class Api(Protocol):
 
     async def flush_cache(self, client: "ServerClient") -> None:
         """Empty the server's prefix cache (before each replay repeat)."""
+        ...
+
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """Empty an attached L3 storage tier, which a flush leaves alone; False when the server
+        has none (nothing to clear)."""
         ...
 
 

@@ -217,6 +217,10 @@ class LlamaCppApi:
             raise MalformedResponse(f"/props: model_path is {path!r}")
         return {"model_path": gguf_identity(path), "model_id": path}
 
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """No storage tier to clear through this API."""
+        return False
+
     async def flush_cache(self, client: "ServerClient") -> None:
         """Erase every slot's cached prompt. Without --slot-save-path the server refuses slot
         actions: nothing can be erased, and server_info's `slot_actions` says so."""

@@ -110,6 +110,10 @@ class OpenAIApi:
         self.model_id = info["model_id"]
         return info
 
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """No storage tier to clear through this API."""
+        return False
+
     async def flush_cache(self, client: "ServerClient") -> None:
         """No standard endpoint: nothing is flushed (the adapter's `flush_note` says so)."""
 

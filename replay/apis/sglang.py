@@ -9,9 +9,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay.apis.base import MAX_TOKEN_ID, SAMPLING, Completion, malformed, number, token_id
+from replay.errors import ServerError
 
 if TYPE_CHECKING:
     from replay.client import ServerClient
+
+
+FLUSH_TIMEOUT = 30.0  # seconds the server may wait for running requests before flushing
 
 
 class SGLangApi:
@@ -34,7 +38,25 @@ class SGLangApi:
         return await client.get_json("/model_info", fallback="/get_model_info")
 
     async def flush_cache(self, client: "ServerClient") -> None:
-        await client.post_until_idle("/flush_cache")
+        """`?timeout=` makes the server itself wait until idle (0.5.23); an older server ignores
+        the parameter and answers 400 while busy, which the client retries briefly."""
+        await client.post_until_idle(f"/flush_cache?timeout={FLUSH_TIMEOUT:g}")
+
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """POST /hicache/storage-backend/clear when an L3 backend is attached (a flush keeps L3).
+        The endpoint takes the admin key where the server has one, else the API key."""
+        if not server_info.get("hicache_storage_backend"):
+            return False
+        path = "/hicache/storage-backend/clear"
+        admin = client.options.admin_api_key
+        headers = {"Authorization": f"Bearer {admin}"} if admin else None
+        status, text = await client.raw("POST", path, path, headers=headers)
+        if status != 200:
+            hint = (" (pass the server's --admin-api-key as --admin-api-key or "
+                    "GOLDEN_ADMIN_API_KEY)" if status in (401, 403) else "")
+            raise ServerError(f"{client.url}{path} answered HTTP {status}: {text.strip()[:200]}"
+                              f"{hint}; repeats cannot start from an empty L3 storage tier")
+        return True
 
 
 def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> dict[str, Any]:
@@ -125,6 +147,7 @@ def parse_completion(
         cached_details=details,
         finish_reason=finish_type,
         prompt_tokens=_count(meta, "prompt_tokens", request_id, required=False),
+        num_retractions=_count(meta, "num_retractions", request_id, required=False) or 0,
     )
 
 

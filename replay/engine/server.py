@@ -139,6 +139,7 @@ class EngineApp:
         r.add_get("/health", self.health)
         r.add_get("/health_generate", self.health_generate)
         r.add_get("/hicache/storage-backend", self.storage_backend)
+        r.add_post("/hicache/storage-backend/clear", self.clear_storage)
         return app
 
     async def _run(self, requests: list[GenerateArgs]) -> list[Sequence]:
@@ -224,6 +225,9 @@ class EngineApp:
         info.update(
             model_path=model.model_path,
             enable_deterministic_inference=True,
+            # Exact by construction (portable-math.md): the same bits on any device, page size
+            # and prefill chunking, so a numerics-parity check must not hold these against it.
+            numerics_independent_of=["device", "page_size", "chunked_prefill_size"],
             vocab_size=model.config.vocab_size,
             version=VERSION,
             launch_command=self.launch_command,
@@ -256,6 +260,17 @@ class EngineApp:
         if seq.error:
             return web.Response(status=503, text=seq.error)
         return web.Response()
+
+    async def clear_storage(self, request: web.Request) -> web.Response:
+        """POST /hicache/storage-backend/clear. Here L3 pages hang off the radix tree (no lookup
+        by hash), so a flush already empties the tier: clearing is a flush, refused while busy."""
+        if not self.engine.options.hicache_storage_backend:
+            return web.Response(status=400, text="no storage backend is attached\n")
+        try:
+            await asyncio.wrap_future(self.engine.request_flush())
+        except EngineBusy as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(text="Hierarchical cache storage backend cleared.\n")
 
     async def storage_backend(self, request: web.Request) -> web.Response:
         return web.json_response(
