@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from replay.launch import group_members
+from replay.process_group import group_members
 from tests.data.fake_servers.helpers import FAKE_DIR
 from tests.support.stub_server import StubConfig, StubServer
 
