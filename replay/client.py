@@ -196,7 +196,9 @@ class ServerClient:
         declared = resp.content_length
         if declared is not None and declared > limit:
             raise ServerError(too_big)
-        chunks, total = [], 0
+        if declared is not None and resp.headers.get("Content-Encoding", "identity") == "identity":
+            return await resp.read()  # the common case: aiohttp stops at the declared length
+        chunks, total = [], 0  # chunked or compressed (a small body may inflate): count it
         async for chunk in resp.content.iter_any():
             total += len(chunk)
             if total > limit:

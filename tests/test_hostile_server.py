@@ -4,6 +4,7 @@ Each test reproduces one input that once broke the tool (issue 14, classes 1, 2,
 the answer must be exit code 2 with one line, and the report (when asked for) must say `error`.
 """
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -171,6 +172,13 @@ def test_a_redirect_is_an_error_naming_the_location_and_is_not_followed(golden):
 
 def test_a_never_ending_body_is_cut_off_by_size_not_by_the_timeout(golden):
     res, _ = replay(golden, StubConfig(endless=True), "--timeout", "120")
+    assert "bytes" in one_line_error(res)
+
+
+def test_a_small_compressed_body_that_inflates_past_the_bound_is_cut_off(golden):
+    bomb = gzip.compress(b'{"text": "' + b" " * (64 * 2**20) + b'"}', compresslevel=1)
+    assert len(bomb) < 2**20  # it arrives small and declares its (compressed) length
+    res, _ = replay(golden, StubConfig(raw_bytes=bomb, raw_encoding="gzip"))
     assert "bytes" in one_line_error(res)
 
 

@@ -38,6 +38,7 @@ class StubConfig:
     auth_status: int | None = None  # every endpoint answers this status (e.g. 401)
     retractions: int = 0  # num_retractions reported for every /generate answer
     raw_bytes: bytes | None = None  # every /generate answers these bytes verbatim
+    raw_encoding: str | None = None  # ... with this Content-Encoding (e.g. gzip)
     redirect: str | None = None  # every /generate answers 307 to this location
     endless: bool = False  # every /generate streams a body that never ends
     state_vocab: bool = True  # /server_info and /model_info name vocab_size
@@ -126,7 +127,9 @@ class StubServer:
         if self.config.redirect:
             raise web.HTTPTemporaryRedirect(self.config.redirect)
         if self.config.raw_bytes is not None:
-            return web.Response(body=self.config.raw_bytes, content_type="application/json")
+            headers = {"Content-Encoding": self.config.raw_encoding} if self.config.raw_encoding else {}
+            return web.Response(body=self.config.raw_bytes, content_type="application/json",
+                                headers=headers)
         if self.config.endless:
             resp = web.StreamResponse()
             await resp.prepare(request)
