@@ -225,3 +225,26 @@ def test_a_model_change_during_a_recording_writes_nothing(tmp_path):
                                   "--out", str(out), "-q"])
     assert "stub/another-model" in one_line_error(res)
     assert not out.exists()
+
+
+# --- class 1 in the other adapters' parsers -----------------------------------------------------
+
+
+def test_llamacpp_parser_refuses_a_logprob_past_float64_as_malformed():
+    from replay.apis.llamacpp import LlamaCppApi
+    from replay.errors import MalformedResponse
+
+    answer = json.loads((Path(__file__).parent / "data" / "apis"
+                         / "tiny-llama-ascii__completion_reference.json").read_text())
+    answer["completion_probabilities"][0]["logprob"] = 10**400
+    n = len(answer["completion_probabilities"])
+    with pytest.raises(MalformedResponse, match="float64"):
+        LlamaCppApi().parse(answer, "g0/b0/t0", max_new_tokens=n, top_k=3, vocab_size=768)
+
+
+def test_openai_parser_refuses_a_5000_digit_token_id_as_malformed():
+    from replay.apis.openai import _text_id
+    from replay.errors import MalformedResponse
+
+    with pytest.raises(MalformedResponse, match="token_id:N"):
+        _text_id("token_id:" + "9" * 5000, "g0/b0/t0", "logprobs.tokens[0]", None)
