@@ -532,8 +532,9 @@ def _open(path: Path, *, verify: bool) -> _Opened:
         raise _Unreadable("is not a directory (a golden is a NAME.zarr directory)")
     if not (path / "zarr.json").is_file():
         raise _Unreadable("is not a zarr v3 group (no zarr.json)")
-    if symlink_problem(path):
-        raise _Unreadable(symlink_problem(path))
+    link = symlink_problem(path)
+    if link:
+        raise _Unreadable(link)
     try:
         store = LocalStore(path, read_only=True)
         group = zarr.open_group(store=store, mode="r", zarr_format=3, use_consolidated=False)
