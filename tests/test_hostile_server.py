@@ -113,6 +113,18 @@ def test_an_unexpected_exception_inside_a_replay_replaces_a_stale_pass_report(go
     assert doc["verdict"] == "error" and "a bug nobody foresaw" in doc["error"]
 
 
+def test_debug_shows_the_traceback_of_an_unexpected_exception(golden, monkeypatch):
+    monkeypatch.setenv("GOLDEN_DEBUG", "")  # restored after the test: --debug sets it
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug nobody foresaw")
+
+    monkeypatch.setattr("replay.replayer.judge", broken)
+    with StubServer(StubConfig()) as stub:
+        res = runner.invoke(app, ["--debug", "replay", str(golden), "--server", stub.url, "-q"])
+    assert isinstance(res.exception, RuntimeError)
+
+
 # --- class 2: secrets never leak ---------------------------------------------------------------
 
 
