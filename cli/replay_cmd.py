@@ -86,11 +86,20 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                       html: Path | None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
     from cli import render
-    from replay.report_files import write_reports
+    from cli.options import interruption
+    from replay.report import report_dict
+    from replay.report_files import remove_stale, write_reports
     from replay.session import replay_golden
 
-    doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
-                        progress=progress_bars(quiet))
+    remove_stale(report, junit, html)
+    try:
+        doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
+                            progress=progress_bars(quiet))
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
+        doc = report_dict(None, golden=str(golden_path), server=target.label,
+                          policy=str(options.policy), error=interruption(exc))
+        write_reports(doc, report=report, junit=junit, html=html)
+        raise
     write_reports(doc, report=report, junit=junit, html=html)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

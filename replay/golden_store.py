@@ -37,6 +37,8 @@ from replay.golden_checks import (
 )
 from replay.golden_codec import assemble, encode, logical_arrays
 from replay.golden_layout import BLOSC_CONFIG, SCHEMA, expected_arrays
+from replay.golden_limits import (chunk_count_problem, chunk_size_problem,
+                                  declared_size_problems, read_stable, symlink_problem)
 
 __all__ = [
     "SCHEMA", "array_sha256", "attrs_sha256", "golden_summary", "narrow_if_exact", "read_golden",
@@ -58,8 +60,13 @@ def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Pa
     target = Path(os.path.abspath(given))  # so that `.` or `x/` still name a real sibling
     refuse_existing(target, force, "zarr.json")  # before the encoding work
     arrays, attrs = encode(golden)
-    write_atomically(target, lambda tmp: _write_store(tmp, arrays, attrs), force=force,
-                     marker="zarr.json")
+    try:
+        write_atomically(target, lambda tmp: _write_store(tmp, arrays, attrs), force=force,
+                         marker="zarr.json")
+    except OSError as exc:
+        if exc.errno is not None:  # e.g. a full disk: name the golden, not a temp directory
+            raise OSError(exc.errno, exc.strerror or str(exc), str(given)) from None
+        raise
     return given
 
 
@@ -71,7 +78,8 @@ def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
     """
     where = Path(path)
     try:
-        opened, arrays, problems = _open_and_check(where, verify=verify)
+        opened, arrays, problems = read_stable(lambda: _open_and_check(where, verify=verify),
+                                               where, lambda r: bool(r[2]))
     except Unreadable as exc:
         raise GoldenFormatError(f"{where}: {exc}") from None
     if problems:
@@ -84,7 +92,8 @@ def verify_golden(path: str | Path) -> list[str]:
     """Every problem found in the golden at `path`, [] when it is sound. Never raises for a bad
     golden: a missing path, garbage metadata or an undecodable chunk are all reported."""
     try:
-        return _open_and_check(Path(path), verify=True)[2]
+        return read_stable(lambda: _open_and_check(Path(path), verify=True), Path(path),
+                           lambda r: bool(r[2]))[2]
     except Unreadable as exc:
         return [str(exc)]
     except Exception as exc:  # noqa: BLE001 - the contract is to report, not to raise
@@ -180,6 +189,9 @@ def _open(path: Path, *, verify: bool) -> _Opened:
         raise Unreadable("is not a directory (a golden is a NAME.zarr directory)")
     if not (path / "zarr.json").is_file():
         raise Unreadable("is not a zarr v3 group (no zarr.json)")
+    link = symlink_problem(path)
+    if link:
+        raise Unreadable(link)
     try:
         store = LocalStore(path, read_only=True)
         group = zarr.open_group(store=store, mode="r", zarr_format=3, use_consolidated=False)
@@ -189,7 +201,7 @@ def _open(path: Path, *, verify: bool) -> _Opened:
     version = schema_version(attrs)
     if verify and attrs.get("attrs_sha256") != safe_attrs_sha256(attrs):
         raise Unreadable("metadata checksum mismatch (root zarr.json attributes edited or corrupted)")
-    problem = attrs_problem(attrs, version)
+    problem = attrs_problem(attrs, version) or next(iter(declared_size_problems(attrs)), None)
     if problem:
         raise Unreadable(f"malformed metadata: {problem}")
     return _Opened(path=path, group=group, attrs=attrs, version=version)
@@ -218,10 +230,17 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
     if not meta_path.is_file():
         raise Unreadable("missing (no zarr.json)")
     chunk_shape, compressor = vet_array_metadata(meta_path, name, entry)
+    too_many = chunk_count_problem(entry["shape"], chunk_shape)
+    if too_many:
+        raise Unreadable(too_many)
     chunks = [opened.path / name / key for key in chunk_keys(entry["shape"], chunk_shape)]
     if not all(c.is_file() for c in chunks):
         # zarr would silently return fill values for a missing chunk
         raise Unreadable("chunk missing (truncated golden?)")
+    if compressor != "blosc":  # zstd frames declare their size; blosc headers are checked below
+        oversized = chunk_size_problem(chunks, chunk_shape, entry["data_type"])
+        if oversized:
+            raise Unreadable(oversized)
     if compressor == "blosc" and chunks:  # an empty array has no chunk
         if len(chunks) != 1 or list(chunk_shape) != list(entry["shape"]):
             raise Unreadable("a blosc array must be one chunk")

@@ -37,5 +37,6 @@ def decode(text: str | bytes, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise MalformedResponse(f"{what}: response is not JSON ({exc.msg} at {exc.pos})") from None
-    except (RecursionError, UnicodeDecodeError) as exc:
-        raise MalformedResponse(f"{what}: response is not JSON ({type(exc).__name__})") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8, thousands of digits, deep nesting
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise MalformedResponse(f"{what}: response is not usable JSON ({reason})") from None
