@@ -65,10 +65,11 @@ def declared_size_problems(attrs: dict[str, Any]) -> list[str]:
     limits = {
         "prefix_tokens": bound(None if groups is None or prefix is None else groups * prefix),
         "prefix_offsets": bound(None if groups is None else groups + 1),
-        "requests": n * 6, "new_token_offsets": n + 1, "output_offsets": n + 1,
+        "requests": n * len(attrs.get("request_columns") or ()), "new_token_offsets": n + 1, "output_offsets": n + 1,
         "new_tokens": bound(None if None in suffixes else n * max(suffixes)),  # type: ignore[type-var]
         "output_ids": outputs, "logprobs": outputs,
         "top_ids": outputs * k, "top_logprobs": outputs * k,
+        "top_ids_rest": outputs * k, "top_logprobs_rest": outputs * k,  # layout 2
     }
     problems = []
     for name, entry in attrs["arrays"].items():

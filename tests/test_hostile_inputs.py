@@ -129,7 +129,7 @@ def test_a_full_disk_while_writing_a_report_names_the_report(golden, tmp_path, m
 
 def test_a_full_disk_while_writing_a_golden_names_the_golden(tmp_path, monkeypatch):
     out = tmp_path / "full.zarr"
-    monkeypatch.setattr("replay.golden_store._fsync_tree", _disk_full)
+    monkeypatch.setattr("replay.atomic_dir._fsync_tree", _disk_full)
     with StubServer(StubConfig(radix=False)) as stub:
         res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
                                   "--out", str(out), "-q"])
