@@ -7,6 +7,8 @@ Exit codes: 0 pass, 1 fail (divergence beyond the policy, or a cache expectation
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from cli import (
@@ -20,7 +22,7 @@ from cli import (
     report_cmd,
     update_cmd,
 )
-from cli.options import exits_cleanly
+from cli.options import DEBUG_ENV, exits_cleanly
 
 app = typer.Typer(
     help=__doc__,
@@ -29,6 +31,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+@app.callback()
+def main(debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1).")) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
 app.command("record")(exits_cleanly(record_cmd.record))
 app.command("replay")(exits_cleanly(replay_cmd.replay))
@@ -41,5 +49,5 @@ app.command("matrix")(exits_cleanly(matrix_cmd.matrix))
 app.command("update")(exits_cleanly(update_cmd.update))
 app.command("minimize")(exits_cleanly(minimize_cmd.minimize))
 app.add_typer(profiles_cmd.app, name="profiles")
-app.command("serve")(exits_cleanly(engine_cmds.serve))
+app.command("serve")(exits_cleanly(engine_cmds.serve, signals=False))
 app.command("demo")(exits_cleanly(engine_cmds.demo))

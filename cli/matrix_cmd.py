@@ -21,6 +21,7 @@ def matrix(
     golden_path: Path = o.GoldenArg,
     launch: list[str] = typer.Option(..., "--launch", help="A launch profile (name or TOML file); repeat for each configuration.", show_default=False),
     model: str = o.ModelOpt,
+    attention_backend: str = o.AttentionBackendOpt,
     report: Path = typer.Option(None, "--report", help="Write the matrix JSON report here (docs/ci.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here: one testsuite per profile.", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
@@ -30,6 +31,7 @@ def matrix(
     expect_cache: str = o.ExpectCacheOpt,
     require_tier: str = o.RequireTierOpt,
     allow_model_mismatch: bool = o.AllowModelMismatchOpt,
+    allow_numerics_mismatch: bool = o.AllowNumericsMismatchOpt,
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Server logs go here, one PROFILE.log each."),
     shard: str = o.ShardOpt,
     fault: str = o.FaultOpt,
@@ -38,19 +40,22 @@ def matrix(
     timeout: float = o.TimeoutOpt,
     api: str = o.ApiOpt,
     api_key: str = o.ApiKeyOpt,
+    admin_api_key: str = o.AdminApiKeyOpt,
     quiet: bool = o.QuietOpt,
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
     from replay.matrix import LaunchSettings, matrix_junit, run_matrix
-    from replay.report_files import write_reports
+    from replay.report_files import remove_stale, write_reports
     from replay.shard import parse_shard
 
     options = o.replay_options(policy, schedule, repeat, require_tier, expect_cache,
-                               allow_model_mismatch)
-    copts = o.client_options(concurrency, timeout, api_key)
+                               allow_model_mismatch, allow_numerics_mismatch)
+    copts = o.client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg))
+    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg),
+                              attention_backend=attention_backend)
+    remove_stale(report, junit, html)
     doc = run_matrix(golden_path, launch, options, copts, settings, shard=shard, api=api,
                      progress=o.progress_bars(quiet), notify=o.notify_stderr(quiet))
     write_reports(doc, report=report, junit=junit, html=html,
@@ -118,7 +123,7 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Any:
 
 
 def failure_lines(doc: dict[str, Any]) -> list[str]:
-    from replay.report import first_failure_lines
+    from replay.report_views import first_failure_lines
 
     lines = []
     for name in doc["matrix"]["profiles"]:
@@ -129,7 +134,7 @@ def failure_lines(doc: dict[str, Any]) -> list[str]:
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     names = doc["matrix"]["profiles"]
     reports = doc["matrix"]["reports"]
-    from replay.report import verdict_line
+    from replay.report_views import verdict_line
 
     lines = [f"{name}: {verdict_line(reports[name])}" for name in names]
     counts = {v: sum(1 for n in names if reports[n]["verdict"] == v) for v in ("pass", "fail", "error")}

@@ -12,8 +12,11 @@ from pathlib import Path
 import typer
 
 from cli.options import (
+    AdminApiKeyOpt,
+    AllowNumericsMismatchOpt,
     ApiKeyOpt,
     ApiOpt,
+    AttentionBackendOpt,
     ConcurrencyOpt,
     ExpectCacheOpt,
     FaultOpt,
@@ -41,6 +44,7 @@ def minimize(
     server: str = ServerOpt,
     launch: str = LaunchOpt,
     model: str = ModelOpt,
+    attention_backend: str = AttentionBackendOpt,
     log_dir: Path = LogDirOpt,
     server_arg: list[str] = ServerArgOpt,
     fault: str = FaultOpt,
@@ -53,10 +57,12 @@ def minimize(
     policy: str = PolicyOpt,
     expect_cache: str = ExpectCacheOpt,
     require_tier: str = RequireTierOpt,
+    allow_numerics_mismatch: bool = AllowNumericsMismatchOpt,
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
+    admin_api_key: str = AdminApiKeyOpt,
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty --out directory."),
     quiet: bool = QuietOpt,
 ) -> None:
@@ -68,11 +74,14 @@ def minimize(
     if failure is not None:
         Failure(failure)  # a bad class is an error before any replay
     settings = MinimizeSettings(
-        options=replay_options(policy, schedule, repeat, require_tier, expect_cache, False),
-        client=client_options(concurrency, timeout, api_key), api=api, failure=failure,
+        options=replay_options(policy, schedule, repeat, require_tier, expect_cache, False,
+                               allow_numerics_mismatch),
+        client=client_options(concurrency, timeout, api_key, admin_api_key), api=api,
+        failure=failure,
         same_tier=same_tier, budget=parse_budget(budget))
     check_out_dir(out, force)
-    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg)
+    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg,
+                           attention_backend=attention_backend)
     result = minimize_golden(golden_path, target, out, settings, report=report, force=force,
                              progress=notify_stderr(quiet))
     final, start = result.final, result.start

@@ -7,9 +7,12 @@ whose bodies import the library when they run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,24 +22,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
 
 
-def exits_cleanly(fn: F) -> F:
-    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG)."""
+def exits_cleanly(fn: F, *, signals: bool = True) -> F:
+    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG).
+    With `signals`, SIGTERM and SIGHUP interrupt the command like Ctrl-C (`signals_interrupt`);
+    `golden serve` keeps the default (a server stopped by SIGTERM just ends)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from replay.errors import GoldenError
 
         try:
-            return fn(*args, **kwargs)
+            with signals_interrupt() if signals else contextlib.nullcontext():
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except GoldenError as exc:
             fail(f"error: {exc}")
         except OSError as exc:  # a file or directory the user named cannot be used
-            where = f" {exc.filename}" if exc.filename else ""
-            fail(f"error:{where}: {exc.strerror or exc}")
-        except KeyboardInterrupt:
-            fail("error: interrupted")
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"error: {where}{exc.strerror or exc}")
+        except KeyboardInterrupt as exc:
+            fail(f"error: {interruption(exc)}")
         except Exception as exc:  # a bug or an input nobody foresaw: still no verdict
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -44,6 +50,34 @@ def exits_cleanly(fn: F) -> F:
                  "traceback)")
 
     return wrapper  # type: ignore[return-value]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: handled like Ctrl-C (servers stopped, an error report, exit 2)."""
+
+
+def interruption(exc: KeyboardInterrupt) -> str:
+    return f"interrupted ({exc})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM and SIGHUP raise `Terminated` as Ctrl-C raises
+    KeyboardInterrupt, so every `finally` runs: a launched server is stopped, reports say
+    `error`. (Signal handlers can only be set from the main thread; elsewhere, nothing changes.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def fail(line: str, code: int = 2) -> None:
@@ -81,6 +115,7 @@ ConcurrencyOpt = typer.Option(16, "--concurrency", help="Requests in flight at o
 ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag (see docs/scenarios.md).")
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
+AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
 ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
@@ -89,28 +124,38 @@ RepeatOpt = typer.Option(1, "--repeat", help="Replay the whole golden N times (e
 ExpectCacheOpt = typer.Option("auto", "--expect-cache", help="auto | none | any | attention | mamba:INTERVAL (docs/report.md).")
 RequireTierOpt = typer.Option(None, "--require-tier", help="Fail unless some hits came from this tier: host | storage.", show_default=False)
 AllowModelMismatchOpt = typer.Option(False, "--allow-model-mismatch", help="Replay even if the server's model differs from the golden's.")
+AllowNumericsMismatchOpt = typer.Option(False, "--allow-numerics-mismatch", help="Replay even if the server's numerics settings (attention backend, page size, dtype...) differ from the reference's.")
+AttentionBackendOpt = typer.Option(None, "--attention-backend", help="Attention backend for --launch SGLang profiles (default: fa4 on Blackwell, fa3 on Hopper, triton elsewhere; docs/profiles.md).", show_default=False)
 ShardOpt = typer.Option(None, "--shard", help="Replay only shard i of n (whole groups), e.g. 2/4.", show_default=False)
 GoldenArg = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`.")
 
 
-def client_options(concurrency: int, timeout: float, api_key: str | None = None) -> Any:
+def client_options(concurrency: int, timeout: float, api_key: str | None = None,
+                   admin_api_key: str | None = None) -> Any:
     from replay.client import ClientOptions
 
-    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
+    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key,
+                         admin_api_key=admin_api_key)
 
 
 def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,
-                   expect_cache: str, allow_model_mismatch: bool) -> Any:
+                   expect_cache: str, allow_model_mismatch: bool,
+                   allow_numerics_mismatch: bool = False) -> Any:
     from replay.replayer import ReplayOptions
 
     return ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
                          expect_cache=expect_cache, require_tier=require_tier,
-                         allow_model_mismatch=allow_model_mismatch)
+                         allow_model_mismatch=allow_model_mismatch,
+                         allow_numerics_mismatch=allow_numerics_mismatch)
 
 
 def server_target(server: str | None, launch: str | None, model: str | None, log_dir: Path,
-                  fault: str | None = None, server_arg: list[str] | None = None) -> Any:
+                  fault: str | None = None, server_arg: list[str] | None = None,
+                  attention_backend: str | None = None) -> Any:
+    """Where the server is. A launch's choices (the pinned attention backend) go to stderr
+    even with --quiet: which kernels ran is part of every result."""
     from replay.session import ServerTarget
 
     return ServerTarget(url=server, profile=launch, model=model, log_dir=log_dir, fault=fault,
-                        extra_args=tuple(server_arg or ()))
+                        extra_args=tuple(server_arg or ()), attention_backend=attention_backend,
+                        notify=notify_stderr())

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from cli.options import (
+    AttentionBackendOpt,
     ApiKeyOpt,
     ApiOpt,
     CheckDeterminismOpt,
@@ -31,6 +32,7 @@ def record(
     server: str = ServerOpt,
     launch: str = LaunchOpt,
     model: str = ModelOpt,
+    attention_backend: str = AttentionBackendOpt,
     log_dir: Path = LogDirOpt,
     server_arg: list[str] = ServerArgOpt,
     scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name (see `golden scenarios`) or a TOML file."),
@@ -55,7 +57,8 @@ def record(
 
     options = RecordOptions(schedule=schedule, check_determinism=check_determinism)
     copts = client_options(concurrency, timeout, api_key)
-    target = server_target(server, launch, model, log_dir, server_arg=server_arg)
+    target = server_target(server, launch, model, log_dir, server_arg=server_arg,
+                           attention_backend=attention_backend)
     plan = build_plan(with_overrides(load_scenario(scenario), seed=seed, top_k=top_k))
     try:
         golden = record_golden(plan, out, target, options, copts, api=api, force=force,

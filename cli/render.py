@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from replay.report import first_failure_lines, verdict_line
+from replay.report_views import first_failure_lines, verdict_line
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

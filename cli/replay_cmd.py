@@ -11,6 +11,9 @@ from typing import Any
 import typer
 
 from cli.options import (
+    AllowNumericsMismatchOpt,
+    AttentionBackendOpt,
+    AdminApiKeyOpt,
     AllowModelMismatchOpt,
     ApiKeyOpt,
     ApiOpt,
@@ -44,6 +47,7 @@ def replay(
     server: str = ServerOpt,
     launch: str = LaunchOpt,
     model: str = ModelOpt,
+    attention_backend: str = AttentionBackendOpt,
     log_dir: Path = LogDirOpt,
     server_arg: list[str] = ServerArgOpt,
     fault: str = FaultOpt,
@@ -57,21 +61,24 @@ def replay(
     expect_cache: str = ExpectCacheOpt,
     require_tier: str = RequireTierOpt,
     allow_model_mismatch: bool = AllowModelMismatchOpt,
+    allow_numerics_mismatch: bool = AllowNumericsMismatchOpt,
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
+    admin_api_key: str = AdminApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit."""
     from replay.shard import parse_shard
 
     options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
-                             allow_model_mismatch)
-    copts = client_options(concurrency, timeout, api_key)
+                             allow_model_mismatch, allow_numerics_mismatch)
+    copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg)
+    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg,
+                           attention_backend=attention_backend)
     raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
                                        quiet=quiet, report=report, junit=junit, html=html))
 
@@ -81,11 +88,20 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                       html: Path | None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
     from cli import render
-    from replay.report_files import write_reports
+    from cli.options import interruption
+    from replay.report import report_dict
+    from replay.report_files import remove_stale, write_reports
     from replay.session import replay_golden
 
-    doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
-                        progress=progress_bars(quiet))
+    remove_stale(report, junit, html)
+    try:
+        doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
+                            progress=progress_bars(quiet))
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
+        doc = report_dict(None, golden=str(golden_path), server=target.label,
+                          policy=str(options.policy), error=interruption(exc))
+        write_reports(doc, report=report, junit=junit, html=html)
+        raise
     write_reports(doc, report=report, junit=junit, html=html)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

@@ -21,7 +21,7 @@ import typer
 def load_report(path: Path) -> dict[str, Any]:
     """The report document, or a UsageError saying in one line why this file is not one."""
     from replay.errors import UsageError
-    from replay.html_report import SCHEMA_PREFIX
+    from replay.html import SCHEMA_PREFIX
 
     try:
         text = path.read_text(encoding="utf-8")

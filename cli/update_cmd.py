@@ -20,10 +20,12 @@ def update(
     server: str = o.ServerOpt,
     launch: str = typer.Option(None, "--launch", help="Launch this profile instead (e.g. sglang-reference).", show_default=False),
     model: str = o.ModelOpt,
+    attention_backend: str = o.AttentionBackendOpt,
     log_dir: Path = o.LogDirOpt,
     server_arg: list[str] = o.ServerArgOpt,
     policy: str = typer.Option("exact", "--policy", help="What counts as a change: exact | kl:THRESHOLD | ulp:N."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Compare only; write nothing; exit 1 if anything would change."),
+    allow_model_change: bool = typer.Option(False, "--allow-model-change", help="Re-record goldens even if the server serves another model than they were recorded with."),
     report_dir: Path = typer.Option(None, "--report-dir", help="Write each golden's old-vs-new comparison report here as JSON.", show_default=False),
     check_determinism: int = o.CheckDeterminismOpt,
     schedule: str = o.ScheduleOpt,
@@ -42,9 +44,11 @@ def update(
     from replay.update import UpdateOptions, UpdateResult, find_goldens, update_goldens
 
     options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
+                            allow_model_change=allow_model_change,
                             record=RecordOptions(schedule=schedule, check_determinism=check_determinism))
     copts = o.client_options(concurrency, timeout, api_key)
-    target = o.server_target(server, launch, model, log_dir, server_arg=server_arg)
+    target = o.server_target(server, launch, model, log_dir, server_arg=server_arg,
+                             attention_backend=attention_backend)
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory")
     if not find_goldens(directory):
@@ -69,7 +73,7 @@ def update(
 
 def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
     from cli import render
-    from replay.report import first_failure_lines
+    from replay.report_views import first_failure_lines
     from replay.update import ERROR, UNCHANGED
 
     if result.status == UNCHANGED:

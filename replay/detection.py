@@ -25,6 +25,8 @@ from replay.session import ServerTarget, record_in_memory, replay_golden
 
 # The profile a fault needs to be reachable; every other fault runs on `hicache`.
 FAULT_PROFILES = {"write-back-early-evict": "hicache-write-back"}
+# Faults on a path a golden replay never takes: it asks for output logprobs only.
+BEYOND_REPLAY = frozenset({"prompt-logprobs-stale-buffer"})
 CLIENT = ClientOptions(concurrency=16)
 
 

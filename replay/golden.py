@@ -29,6 +29,7 @@ class RecordedRequest(TreeNode):
     cached_tokens: int = 0
     cached_details: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "length"
+    num_retractions: int = 0  # times the server retracted it (SGLang; 0 where not reported)
 
 
 @dataclass

@@ -20,7 +20,8 @@ from replay.errors import GoldenError, UsageError
 from replay.launch import LaunchProfile, check_values, load_profile
 from replay.merge import worst_verdict
 from replay.replayer import ReplayOptions
-from replay.report import SCHEMA, junit_xml, report_dict
+from replay.report import SCHEMA, report_dict
+from replay.report_views import junit_xml
 from replay.session import ProgressBar, ServerTarget, load_golden, replay_golden
 
 Notify = Callable[[str], None]
@@ -34,10 +35,12 @@ class LaunchSettings:
     log_dir: Path = Path("golden-logs")
     fault: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # None: the default for the visible GPU (replay/gpu.py)
 
-    def target(self, profile: str) -> ServerTarget:
+    def target(self, profile: str, notify: Notify | None = None) -> ServerTarget:
         return ServerTarget(profile=profile, model=self.model, log_dir=self.log_dir,
-                            fault=self.fault, extra_args=self.extra_args)
+                            fault=self.fault, extra_args=self.extra_args,
+                            attention_backend=self.attention_backend, notify=notify)
 
 
 def resolve_profiles(names: Sequence[str], settings: LaunchSettings) -> list[LaunchProfile]:
@@ -51,7 +54,8 @@ def resolve_profiles(names: Sequence[str], settings: LaunchSettings) -> list[Lau
         if p.name in seen:
             raise UsageError(f"launch profile {p.name!r} is given twice")
         seen.add(p.name)
-        check_values(p, model=settings.model, fault=settings.fault)
+        check_values(p, model=settings.model, fault=settings.fault,
+                     attention_backend=settings.attention_backend)
     return profiles
 
 
@@ -78,7 +82,7 @@ def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayO
         log_path = Path(settings.log_dir) / f"{p.name}.log"
         if notify:
             notify(f"{p.name}: launching (log: {log_path})")
-        doc = replay_golden(golden, settings.target(name), options, copts, api=api,
+        doc = replay_golden(golden, settings.target(name, notify), options, copts, api=api,
                             progress=progress, name=golden_name)
         doc["profile"] = p.name
         doc["server_log"] = str(log_path)

@@ -252,6 +252,8 @@ def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Resul
         default = ["--launch", str(target.profile)]
         default += ["--model", target.model] if target.model else []
         default += ["--fault", target.fault] if target.fault else []
+        default += ["--attention-backend", target.attention_backend] \
+            if target.attention_backend else []
         default += [f"--server-arg={a}" for a in target.extra_args]
     o, c = settings.options, result.final
     options = ["--api", settings.api, "--policy", str(o.policy), "--expect-cache", o.expect_cache,
@@ -259,6 +261,7 @@ def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Resul
                "--repeat", str(c.repeat)]
     options += ["--require-tier", o.require_tier] if o.require_tier else []
     options += ["--allow-model-mismatch"] if o.allow_model_mismatch else []
+    options += ["--allow-numerics-mismatch"] if o.allow_numerics_mismatch else []
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
     q = shlex.join

@@ -5,7 +5,9 @@
 
 Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
 starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
-that need a model, `--golden-api NAME` (auto, sglang, openai, llamacpp), `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
+that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
+visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
+`--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
 keep every replay's JSON report (CI artifacts). Without a server option the tests that use
 `golden_replay` are skipped, so a suite stays runnable on machines without an accelerator.
 
@@ -44,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Launch this profile (a built-in name or a TOML file) for the session.")
     group.addoption("--golden-model", metavar="MODEL", default=None,
                     help="Model for launch profiles that need one.")
+    group.addoption("--golden-attention-backend", metavar="NAME", default=None,
+                    help="Attention backend for launched SGLang profiles (default: per visible GPU).")
     group.addoption("--golden-api", metavar="NAME", default="auto",
                     help="The server's API: auto (ask it), sglang, openai or llamacpp.")
     group.addoption("--golden-log-dir", metavar="DIR", default=None,
@@ -68,19 +72,31 @@ def golden_server(request: pytest.FixtureRequest,
     log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
     try:
         target = ServerTarget(url=server or None, profile=launch or None,
-                              model=config.getoption("golden_model"), log_dir=log_dir)
+                              model=config.getoption("golden_model"), log_dir=log_dir,
+                              attention_backend=config.getoption("golden_attention_backend"),
+                              notify=_say(config))
         with target.serving() as url:
             yield url
     except GoldenError as exc:
         pytest.fail(f"golden server: {exc}", pytrace=False)
 
 
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    """Launch announcements (the pinned attention backend) on the terminal, past capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"golden-replay: {line}")
+    return say
+
+
 @pytest.fixture
 def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenReplay:
     """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
-    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch, shard,
-    concurrency, timeout, api."""
-    from replay.report import first_failure_lines, verdict_line
+    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch,
+    allow_numerics_mismatch, shard, concurrency, timeout, api."""
+    from replay.report_views import first_failure_lines, verdict_line
     from replay.report_files import write_reports
 
     report_dir = request.config.getoption("golden_report_dir")
@@ -105,7 +121,7 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
 def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exact",
                   schedule: str = "lockstep", repeat: int = 1, expect_cache: str = "auto",
                   require_tier: str | None = None, allow_model_mismatch: bool = False,
-                  shard: str | None = None, concurrency: int = 16,
+                  allow_numerics_mismatch: bool = False, shard: str | None = None, concurrency: int = 16,
                   timeout: float = 900.0, api: str = "auto") -> dict[str, Any]:
     """One replay as a report dict. Bad options raise UsageError (a mistake in the test itself,
     shown as such); everything else that prevents a verdict is an `error` report."""
@@ -116,7 +132,8 @@ def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exac
 
     options = ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
                             expect_cache=expect_cache, require_tier=require_tier,
-                            allow_model_mismatch=allow_model_mismatch)
+                            allow_model_mismatch=allow_model_mismatch,
+                            allow_numerics_mismatch=allow_numerics_mismatch)
     copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
     if shard is not None:
         parse_shard(shard)

@@ -23,9 +23,20 @@ def write_atomic(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # e.g. a full disk: name the file, not the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale(*paths: Path | None) -> None:
+    """Remove a previous run's report files before a run starts: a run killed outright (even by
+    SIGKILL) then leaves no report rather than a stale verdict."""
+    for path in paths:
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
 
 
 def json_text(doc: dict[str, Any]) -> str:
@@ -39,10 +50,10 @@ def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Pat
     if report:
         write_atomic(report, json_text(doc))
     if junit:
-        from replay.report import junit_xml
+        from replay.report_views import junit_xml
 
         write_atomic(junit, junit_text if junit_text is not None else junit_xml(doc))
     if html:
-        from replay.html_report import render_html
+        from replay.html import render_html
 
         write_atomic(html, render_html(doc))

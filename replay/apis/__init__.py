@@ -47,11 +47,19 @@ def get_api(name: str, *, reference: bool = False) -> "Api":
 async def detect_api(client: "ServerClient") -> str:
     """Which API the server speaks: SGLang answers /server_info, llama.cpp /props, and any
     OpenAI-compatible server /v1/models."""
+    refused = None
     for path, name in (("/server_info", "sglang"), ("/get_server_info", "sglang"),
                        ("/props", "llamacpp"), ("/v1/models", "openai")):
         status, _ = await client.raw("GET", path, "detect api")
         if status == 200:
             return name
+        if status in (401, 403):
+            refused = status
+    if refused is not None:
+        from replay.client import auth_hint
+        from replay.errors import ServerError
+
+        raise ServerError(f"{client.url} answered HTTP {refused}{auth_hint(refused)}")
     raise UsageError(f"{client.url} answers none of /server_info, /props, /v1/models: "
                      "pass --api sglang|openai|llamacpp")
 

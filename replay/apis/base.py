@@ -20,6 +20,7 @@ from replay.errors import MalformedResponse
 if TYPE_CHECKING:
     from replay.client import ServerClient
 
+
 # The sampling every request uses (greedy, fixed length); stored in each golden.
 SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
 
@@ -36,6 +37,7 @@ class Completion:
     cached_details: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "length"
     prompt_tokens: int | None = None
+    num_retractions: int = 0  # times the scheduler dropped and recomputed the request
 
 
 class Api(Protocol):
@@ -67,6 +69,11 @@ class Api(Protocol):
         """Empty the server's prefix cache (before each replay repeat)."""
         ...
 
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """Empty an attached L3 storage tier, which a flush leaves alone; False when the server
+        has none (nothing to clear)."""
+        ...
+
 
 def malformed(request_id: str, what: str) -> MalformedResponse:
     """The one-line error for a response that breaks the protocol, naming the request."""
@@ -75,14 +82,28 @@ def malformed(request_id: str, what: str) -> MalformedResponse:
 
 def number(value: Any, request_id: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise malformed(request_id, f"{where} is {value!r}, not a number")
-    return float(value)
+        raise malformed(request_id, f"{where} is {_short_repr(value)}, not a number")
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range
+        raise malformed(request_id, f"{where} is an integer past float64's range") from None
+
+
+MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32: a larger one would wrap
 
 
 def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
-    """An int in [0, vocab_size), else MalformedResponse."""
+    """An int in [0, vocab_size) (in [0, 2^31) when the server states no vocabulary), else
+    MalformedResponse."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise malformed(request_id, f"{where} is {value!r}, not a token id")
+        raise malformed(request_id, f"{where} is {_short_repr(value)}, not a token id")
     if value < 0 or (vocab_size is not None and value >= vocab_size):
         raise malformed(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
+    if value > MAX_TOKEN_ID:
+        raise malformed(request_id, f"{where} = {value} is outside the token id range [0, 2^31)")
     return value
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -110,6 +110,10 @@ class OpenAIApi:
         self.model_id = info["model_id"]
         return info
 
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """No storage tier to clear through this API."""
+        return False
+
     async def flush_cache(self, client: "ServerClient") -> None:
         """No standard endpoint: nothing is flushed (the adapter's `flush_note` says so)."""
 
@@ -139,8 +143,8 @@ def _text_id(text: Any, request_id: str, where: str, vocab_size: int | None) -> 
                                "ids cannot be recovered exactly from text (vLLM: it needs "
                                "return_tokens_as_token_ids; otherwise use the server's native API)")
     digits = text[len(ID_PREFIX):]
-    if not digits.isdigit() or not digits.isascii():
-        raise fail(request_id, f"{where} is {text!r}, not token_id:N")
+    if not digits.isdigit() or not digits.isascii() or len(digits) > 12:  # past int32 anyway
+        raise fail(request_id, f"{where} is {text[:40]!r}, not token_id:N with N < 2^31")
     return token_id(int(digits), request_id, where, vocab_size)
 
 

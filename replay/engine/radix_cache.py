@@ -126,11 +126,13 @@ class RadixCache:
 
     # -- lookup --------------------------------------------------------------------------------
 
-    def match(self, tokens: list[int]) -> Match:
-        """The longest usable cached prefix of `tokens` short of its last token, locked."""
+    def match(self, tokens: list[int], limit: int | None = None) -> Match:
+        """The longest usable cached prefix of `tokens` short of its last token (and at most
+        `limit` tokens long), locked."""
         p = self.page_size
+        longest = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
         node, path = self.root, []
-        for i in range((len(tokens) - 1) // p):
+        for i in range(max(longest, 0) // p):
             child = node.children.get(tuple(tokens[i * p:(i + 1) * p]))
             if child is None:
                 break

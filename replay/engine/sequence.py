@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from replay.engine.sampling import GREEDY, SamplingParams
+
 if TYPE_CHECKING:
     from replay.engine.model import SSMState
     from replay.engine.radix_cache import CachedTokens, Node
@@ -28,8 +30,10 @@ class SeqState(enum.Enum):
 class Sequence:
     rid: str
     input_ids: list[int]
-    max_new_tokens: int
+    max_new_tokens: int  # 0: prefill only (SGLang's prefill-only request)
     top_logprobs_num: int = 0
+    sampling: SamplingParams = GREEDY
+    logprob_start_len: int = -1  # >= 0: prompt logprobs from here (caps prefix reuse at it)
     state: SeqState = SeqState.WAITING
     error: str | None = None  # set when the engine failed the request
     # Scheduler side.
@@ -42,9 +46,13 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top: list[tuple[list[int], list[float]]] = field(default_factory=list)
+    # Prompt logprobs of positions logprob_start_len + 1 .. prompt_len - 1 (each given the tokens
+    # before it), and their top-k rows, filled as prompt chunks complete.
+    input_logprobs: list[float] = field(default_factory=list)
+    input_top: list[tuple[list[int], list[float]]] = field(default_factory=list)
     # Forward-worker side.
     ssm: list[SSMState] | None = None  # live SSM state after the last computed position
-    next_input: int | None = None  # the greedy token the next decode step feeds
+    next_input: int | None = None  # the sampled token the next decode step feeds
 
     @property
     def prompt_len(self) -> int:
@@ -53,7 +61,7 @@ class Sequence:
     @property
     def total_positions(self) -> int:
         """Positions that ever get KV: the prompt plus every output token but the last."""
-        return self.prompt_len + self.max_new_tokens - 1
+        return self.prompt_len + max(self.max_new_tokens, 1) - 1
 
     @property
     def all_ids(self) -> list[int]:
@@ -62,6 +70,15 @@ class Sequence:
     @property
     def fully_scheduled(self) -> bool:
         return self.scheduled >= self.total_positions
+
+    @property
+    def reused(self) -> int:
+        """Prompt tokens that came from the prefix cache (0 without one)."""
+        return self.cached.total if self.cached is not None else 0
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.logprob_start_len >= 0
 
     @property
     def finished(self) -> bool:
