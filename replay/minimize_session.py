@@ -26,7 +26,7 @@ from replay.golden_store import read_golden, write_golden
 from replay.minimize import Budget, Candidate, Judgement, NotFailing, Progress, Result, Search
 from replay.replayer import ReplayOptions
 from replay.report import SCHEMA as REPORT_SCHEMA
-from replay.report import write_json
+from replay.report_files import json_text, write_atomic
 from replay.session import ServerTarget, replay_golden
 
 SCHEMA = "golden-replay/minimize/1"
@@ -200,13 +200,13 @@ def write_outputs(out: Path, golden: Golden, golden_path: Path, target: ServerTa
         "requests": len(result.final.keep), "failure": str(failure)})
     write_golden(sub, out / "golden.zarr", force=force)
     if result.judgement.report is not None:
-        write_json(result.judgement.report, out / "report.json")
+        write_atomic(out / "report.json", json_text(result.judgement.report))
     repro = out / "repro.sh"
     repro.write_text(repro_script(target, settings, result, failure))
     repro.chmod(0o755)
     doc = minimize_record(golden, golden_path, target, settings, failure, result, seconds,
                           replays)
-    (out / "minimize.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_atomic(out / "minimize.json", json_text(doc))
 
 
 def candidate_dict(golden: Golden, cand: Candidate) -> dict[str, Any]:
