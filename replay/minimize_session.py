@@ -79,10 +79,10 @@ class Failure:
     def of(cls, report: dict[str, Any], kind: str | None = None,
            same_tier: bool = False) -> "Failure":
         """The failure `report` shows: the given class, else its most frequent one."""
+        if report.get("verdict") == "error":
+            raise GoldenError(f"the starting replay ended in an error: {report.get('error')}")
         if report.get("verdict") != "fail":
-            why = f"ended in an error: {report.get('error')}" if report.get("verdict") == "error" \
-                else "passed"
-            raise NotFailing(f"the starting replay {why}: there is no failure to minimize")
+            raise NotFailing("the starting replay passed: there is no failure to minimize")
         counts = failure_counts(report)
         if kind is None:
             kind = max(FAILURE_CLASSES, key=lambda c: (counts[c], -FAILURE_CLASSES.index(c)))
