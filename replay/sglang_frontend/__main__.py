@@ -22,6 +22,7 @@ from replay.sglang_frontend.locate import install_hint, sglang_python
 from replay.sglang_frontend.model_dir import model_path, write_model_dir
 
 REPLAY_ROOT = str(Path(__file__).resolve().parents[2])
+REEXEC_ENV = "_GOLDEN_SGLANG_REEXEC"
 DEFAULT_MODEL_ROOT = Path.home() / ".cache/golden-replay/sglang-models"
 
 
@@ -42,11 +43,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def reexec_with_sglang(argv: list[str]) -> None:
     python = sglang_python()
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+    if python is None or os.environ.get(REEXEC_ENV):  # the named interpreter lacks sglang too
         raise SystemExit(f"error: {install_hint()}")
-    env = dict(os.environ)
+    env = dict(os.environ, **{REEXEC_ENV: "1"})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPLAY_ROOT, env.get("PYTHONPATH")) if p)
     os.execve(python, [python, "-m", "replay.sglang_frontend", *argv], env)
+
+
+def declare_state_snapshots() -> None:
+    """Tell SGLang's flag resolution that this "platform" snapshots Mamba state.
+
+    SGLang resolves a hybrid model with pages or overlap scheduling to the `extra_buffer` Mamba
+    radix-cache strategy and then asserts that the platform can snapshot SSM state, which it
+    answers from the device kind (CUDA, HIP, NPU, ...; never CPU). Here the scheduler process is
+    the embedded engine, which checkpoints SSM state at every track boundary itself, so the answer
+    is yes; everything else in the resolution (`uses_mamba_radix_cache`, the strategy, the checks
+    of page size against track interval) stays SGLang's own.
+    """
+    from sglang.srt.arg_groups import mamba_hook
+
+    mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from replay.sglang_frontend.scheduler_process import run_scheduler_process
 
+    declare_state_snapshots()
     sglang_args = server_argv(options, model_path(config, options.seed))
     sglang_args += ["--log-level", args.log_level]
     if args.api_key:

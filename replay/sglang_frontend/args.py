@@ -35,7 +35,10 @@ def _flag(name: str) -> str:
 def server_argv(options: EngineOptions, model_path: str) -> list[str]:
     """SGLang launch flags carrying `options` (host and port included)."""
     argv = ["--model-path", model_path, "--host", options.host, "--port", str(options.port),
-            "--device", "cpu", "--enable-deterministic-inference"]
+            "--device", "cpu", "--enable-deterministic-inference",
+            # the engine is exact on its own; triton is the deterministic backend SGLang accepts
+            # on any hardware (the numerics-parity check compares it across servers)
+            "--attention-backend", "triton"]
     for name in SHARED_FIELDS:
         value = getattr(options, name)
         if isinstance(value, bool):

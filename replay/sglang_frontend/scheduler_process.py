@@ -91,6 +91,7 @@ class EngineScheduler:
     """SGLang's scheduler role, played by the embedded engine."""
 
     def __init__(self, server_args: Any, port_args: Any) -> None:
+        started = time.perf_counter()
         self.server_args = server_args
         config_json = json.loads((Path(server_args.model_path) / "config.json").read_text())
         config, seed = engine_model(config_json)
@@ -107,12 +108,15 @@ class EngineScheduler:
         self.tracked: dict[Sequence, Tracked] = {}
         self.by_rid: dict[str, Tracked] = {}
         self.pending_flush: tuple[FlushCacheReqInput, float] | None = None
+        built = time.perf_counter()
         self.engine = LLMEngine(self.options, on_step=self._on_step)
         self.builder = StepOutputBuilder(
             self.engine.faults, self.options.enable_hierarchical_cache,
             type(self.engine.storage).__name__ if self.engine.storage is not None else None,
             getattr(server_args, "weight_version", None) or "default")
-        self.startup_time = time.time()
+        # SGLang aggregates these phases over ranks (observability/startup_time.py)
+        self.startup_time = {"load_weight": time.perf_counter() - built, "kv_cache_allocation": 0.0,
+                             "scheduler_e2e": time.perf_counter() - started}
 
     # -- handshake -----------------------------------------------------------------------------
 
@@ -195,12 +199,15 @@ class EngineScheduler:
             self.by_rid[req.rid] = tracked
 
     def abort(self, message: AbortReq) -> None:
+        """Queued requests are answered with an AbortReq now, running ones finish as aborted with
+        their next step (as in SGLang). The engine cannot drop a sequence, so it still computes
+        it to the end; until then it counts as running (a flush is refused, as while busy)."""
         with self.lock:
-            hits = [t for rid, t in self.by_rid.items()
-                    if message.abort_all or rid.startswith(message.rid or "\0")]
+            hits = [t for rid, t in self.by_rid.items() if not t.done
+                    and (message.abort_all or rid.startswith(message.rid or "\0"))]
             for tracked in hits:
-                if tracked.sent_tokens == 0 and not tracked.seq.output_ids:
-                    self._forget(tracked)  # queued: the tokenizer is told now, as SGLang does
+                if not tracked.seq.output_ids:
+                    tracked.done = True
                     sock_send(self.send_to_tokenizer, AbortReq(
                         rid=tracked.rid, http_worker_ipc=tracked.http_worker_ipc,
                         finished_reason=message.finished_reason))
@@ -221,8 +228,9 @@ class EngineScheduler:
                 if tracked is not None and tracked.should_output(FORCE_STREAM_INTERVAL):
                     ready.append(tracked)
             output = self.builder.build(ready)
-            for tracked in ready:
-                if tracked.done:
+            for seq in seqs:
+                tracked = self.tracked.get(seq)
+                if tracked is not None and tracked.done and seq.finished:
                     self._forget(tracked)
         if output is not None:
             sock_send(self.send_to_detokenizer, output)
@@ -235,6 +243,8 @@ class EngineScheduler:
             if tracked is None:
                 return
             self._forget(tracked)
+            if tracked.done:
+                return  # aborted before: the tokenizer already has its answer
         sock_send(self.send_to_tokenizer, AbortReq(
             rid=tracked.rid, http_worker_ipc=tracked.http_worker_ipc,
             finished_reason=_abort_reason(seq.error, 500)))
@@ -276,7 +286,7 @@ class EngineScheduler:
 
     def internal_state(self) -> GetInternalStateReqOutput:
         state = dict(self.server_args.resolved_dict())
-        state.update(startup_time=self.startup_time,
+        state.update(startup_time=self.startup_time["scheduler_e2e"],
                      effective_max_running_requests_per_dp=self.options.max_running_requests,
                      engine_fault=self.options.fault)
         state.pop("custom_sigquit_handler", None)
