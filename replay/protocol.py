@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.errors import MalformedResponse
+from replay.errors import MalformedResponse, ServerError
 
 SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
 
@@ -96,6 +96,12 @@ def parse_completion(
         [token_id(t, request_id, f"output_ids[{i}]", vocab_size) for i, t in enumerate(ids_raw)],
         dtype=np.int32,
     )
+    aborted = meta.get("finish_reason")
+    if isinstance(aborted, dict) and aborted.get("type") == "abort":
+        # SGLang answers an abort without a status (e.g. /abort_request) with 200 and the tokens
+        # so far: a server-side error, not a malformed answer
+        raise ServerError(f"request {request_id}: the server aborted it after {n} of "
+                          f"{max_new_tokens} tokens: {aborted.get('message')}")
     if n != max_new_tokens:
         raise malformed(request_id, f"{n} output tokens, expected exactly {max_new_tokens} (ignore_eos)")
 

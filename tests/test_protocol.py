@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replay.errors import MalformedResponse
+from replay.errors import MalformedResponse, ServerError
 from replay.protocol import generate_body, parse_completion
 
 
@@ -60,6 +60,13 @@ def test_lengths_that_disagree_are_refused():
 def test_wrong_number_of_tokens_is_refused():
     with pytest.raises(MalformedResponse, match="expected exactly 4"):
         parse(response(), n=4)
+
+
+def test_an_aborted_answer_is_a_server_error_naming_the_abort():
+    obj = response(n=2)
+    obj["meta_info"]["finish_reason"] = {"type": "abort", "message": "Aborted", "status_code": None}
+    with pytest.raises(ServerError, match="g0/b1/t2: the server aborted it after 2 of 3 tokens: Aborted"):
+        parse(obj, n=3)
 
 
 def test_null_logprob_is_refused():

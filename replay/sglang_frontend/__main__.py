@@ -44,7 +44,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def reexec_with_sglang(argv: list[str]) -> None:
     python = sglang_python()
     if python is None or os.environ.get(REEXEC_ENV):  # the named interpreter lacks sglang too
-        raise SystemExit(f"error: {install_hint()}")
+        print(f"error: {install_hint()}", file=sys.stderr)
+        sys.exit(2)
     env = dict(os.environ, **{REEXEC_ENV: "1"})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPLAY_ROOT, env.get("PYTHONPATH")) if p)
     os.execve(python, [python, "-m", "replay.sglang_frontend", *argv], env)
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
                                   model=args.model, seed=args.seed)
         config = get_config(options.model)
+        if options.port == 0:
+            raise ValueError("SGLang's server needs a port number (0 is not supported)")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
