@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 # Python packages: the CPU build of torch that this workplace keeps on disk, then the project.
 python3 -m pip install --quiet "torch==2.13.0" -e ".[engine,test]"
 
+# SGLang 0.5.23's own HTTP front end for tests/test_sglang_frontend*.py, in a venv of its own
+# (${GOLDEN_SGLANG_VENV:-$HOME/.cache/golden-replay/sglang-venv}, 1.5 GB): first run about 3 min,
+# then well under a second. Without it those tests skip, naming this script.
+bash scripts/install_sglang.sh \
+    || echo "note: SGLang could not be installed: the SGLang front-end tests will skip" >&2
+
 # Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -20,6 +20,7 @@ from replay.engine.detection import judge_fault, profile_for, replay_report
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
 from replay.golden_store import read_golden
+from replay.launch import launched, load_profile
 from replay.sglang_frontend.locate import install_hint, sglang_python
 
 pytestmark = pytest.mark.skipif(sglang_python() is None, reason=install_hint())
@@ -59,9 +60,10 @@ def test_the_listed_faults_exist():
 def test_a_fault_is_caught_through_sglang_exactly_as_natively(fault, model, golden, tmp_path):
     profile = profile_for(fault)
     report_path = tmp_path / "report.json"
-    result = runner.invoke(app, ["replay", str(COMMITTED), "--launch", f"embedded-sglang-{profile}",
-                                 "--fault", fault, "--report", str(report_path),
-                                 "--log-dir", str(tmp_path / "logs"), "-q"])
+    with launched(load_profile(f"embedded-sglang-{profile}"), model=None, fault=fault,
+                  log_path=tmp_path / "server.log") as url:
+        result = runner.invoke(app, ["replay", str(COMMITTED), "--server", url,
+                                     "--report", str(report_path), "-q"])
     assert result.exit_code == 1, result.output
     through_sglang = json.loads(report_path.read_text())
     native = replay_report(golden, model, profile, fault)
