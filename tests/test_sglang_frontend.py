@@ -23,7 +23,7 @@ from replay import aio
 from replay.client import ClientOptions, ServerClient
 from replay.errors import ServerError
 from replay.golden_store import read_golden
-from replay.launch import launched, load_profile
+from replay.launch import LaunchProfile, launched, load_profile
 from replay.protocol import generate_body, parse_completion
 from replay.sglang_frontend.locate import install_hint, sglang_python
 
@@ -47,9 +47,14 @@ def reference(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def hicache(tmp_path_factory) -> str:
+    """Started as a user would: `golden serve --frontend sglang --profile hicache`."""
     logs = tmp_path_factory.mktemp("sglang-hicache")
-    with launched(load_profile("embedded-sglang-hicache"), model=None,
-                  log_path=logs / "server.log") as url:
+    serve = LaunchProfile(
+        name="golden-serve-frontend-sglang", description="golden serve --frontend sglang",
+        command=("{python}", "-m", "cli", "serve", "--frontend", "sglang", "--profile", "hicache",
+                 "--host", "{host}", "--port", "{port}"),
+        cwd="{replay_root}", startup_timeout=300, stop_timeout=20)
+    with launched(serve, model=None, log_path=logs / "server.log") as url:
         yield url
 
 
@@ -126,6 +131,12 @@ def test_server_info_is_sglangs_resolution_of_the_engine_settings(hicache):
 
 
 # --- SGLang's own error paths -----------------------------------------------------------------
+
+
+def test_golden_serve_refuses_an_api_key_without_the_sglang_front_end():
+    result = runner.invoke(app, ["serve", "--api-key", "k"])
+    assert result.exit_code == 2
+    assert "--api-key needs --frontend sglang" in result.output
 
 
 def test_an_unknown_sampling_key_is_a_400_from_sglangs_contract_gate(reference):

@@ -38,8 +38,8 @@ from sglang.srt.managers.io_struct import (
     GetInternalStateReqOutput,
     TokenizedGenerateReqInput,
     sock_recv,
-    sock_send,
 )
+from sglang.srt.managers.scheduler_components.output_sender import SenderWrapper
 from sglang.srt.mem_cache.hicache_storage import disabled_l3_layout
 from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
 
@@ -99,11 +99,13 @@ class EngineScheduler:
         context = zmq.Context(2)
         self.recv_from_tokenizer = context.socket(zmq.PULL)
         self.recv_from_tokenizer.connect(port_args.scheduler_input_ipc_name)
-        self.send_to_tokenizer = context.socket(zmq.PUSH)
-        self.send_to_tokenizer.connect(port_args.tokenizer_ipc_name)
-        self.send_to_detokenizer = context.socket(zmq.PUSH)  # used by the engine thread only
-        self.send_to_detokenizer.connect(port_args.tokenizer_ipc_name if server_args.skip_tokenizer_init
-                                         else port_args.detokenizer_ipc_name)
+        to_tokenizer = context.socket(zmq.PUSH)
+        to_tokenizer.connect(port_args.tokenizer_ipc_name)
+        to_detokenizer = context.socket(zmq.PUSH)  # used by the engine thread only
+        to_detokenizer.connect(port_args.tokenizer_ipc_name if server_args.skip_tokenizer_init
+                               else port_args.detokenizer_ipc_name)
+        self.send_to_tokenizer = SenderWrapper(to_tokenizer)  # SGLang's own sender
+        self.send_to_detokenizer = SenderWrapper(to_detokenizer)
         self.lock = threading.Lock()
         self.tracked: dict[Sequence, Tracked] = {}
         self.by_rid: dict[str, Tracked] = {}
@@ -169,10 +171,8 @@ class EngineScheduler:
             logger.debug("ignored %s", type(message).__name__)
 
     def reply(self, output: Any, request: Any) -> None:
-        if getattr(output, "http_worker_ipc", None) is None:
-            output.http_worker_ipc = getattr(request, "http_worker_ipc", None)
-        output.rid = getattr(request, "rid", None) if output.rid is None else output.rid
-        sock_send(self.send_to_tokenizer, output)
+        """A control answer or a rejection, routed back like the request (SGLang's send_output)."""
+        self.send_to_tokenizer.send_output(output, request)
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class EngineScheduler:
             for tracked in hits:
                 if not tracked.seq.output_ids:
                     tracked.done = True
-                    sock_send(self.send_to_tokenizer, AbortReq(
+                    self.send_to_tokenizer.send_output(AbortReq(
                         rid=tracked.rid, http_worker_ipc=tracked.http_worker_ipc,
                         finished_reason=message.finished_reason))
                 else:
@@ -233,11 +233,13 @@ class EngineScheduler:
                 if tracked is not None and tracked.done and seq.finished:
                     self._forget(tracked)
         if output is not None:
-            sock_send(self.send_to_detokenizer, output)
+            self.send_to_detokenizer.send_output(output)
 
     def _on_finish(self, seq: Sequence) -> None:
+        """An engine error fails the request like SGLang's FINISH_ABORT: a finishing chunk with the
+        tokens so far and a 500 abort reason (normal finishes go out with their step)."""
         if seq.error is None:
-            return  # finished normally: its last chunk goes out with its step
+            return
         with self.lock:
             tracked = self.tracked.get(seq)
             if tracked is None:
@@ -245,9 +247,9 @@ class EngineScheduler:
             self._forget(tracked)
             if tracked.done:
                 return  # aborted before: the tokenizer already has its answer
-        sock_send(self.send_to_tokenizer, AbortReq(
-            rid=tracked.rid, http_worker_ipc=tracked.http_worker_ipc,
-            finished_reason=_abort_reason(seq.error, 500)))
+            tracked.abort = _abort_reason(seq.error, 500)
+            output = self.builder.build([tracked])
+        self.send_to_detokenizer.send_output(output)
 
     # -- control -------------------------------------------------------------------------------
 
