@@ -52,8 +52,10 @@ from replay.sglang_frontend.outputs import StepOutputBuilder, Tracked
 logger = logging.getLogger("golden_replay.sglang_scheduler")
 FORCE_STREAM_INTERVAL = int(os.environ.get("SGLANG_FORCE_STREAM_INTERVAL", "50"))
 POLL_MS = 5  # how often a deferred flush is re-checked while no message arrives
+# Sampling settings that would change a greedy answer. `min_new_tokens` is not among them: it only
+# masks stop tokens, and the engine's model has none (the OpenAI route sends `min_tokens`).
 GREEDY_DEFAULTS = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-                   "min_p": 0.0, "min_new_tokens": 0}
+                   "min_p": 0.0}
 
 
 class Rejected(ValueError):
