@@ -130,6 +130,13 @@ def test_server_info_is_sglangs_resolution_of_the_engine_settings(hicache):
     assert info["max_total_num_tokens"] == 3072  # the scheduler's handshake
 
 
+def test_the_openai_route_is_refused_because_sglang_answers_token_text(hicache, tmp_path):
+    result = runner.invoke(app, ["replay", str(COMMITTED), "--server", hicache, "--api", "openai",
+                                 "--report", str(tmp_path / "r.json"), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "returns token text, not ids" in json.loads((tmp_path / "r.json").read_text())["error"]
+
+
 # --- SGLang's own error paths -----------------------------------------------------------------
 
 

@@ -188,12 +188,13 @@ class EngineScheduler:
             self.reply(AbortReq(rid=req.rid, finished_reason=_abort_reason(str(exc), 400)), req)
             return
         with self.lock:
-            seq = self.engine.submit(ids, sp.max_new_tokens, req.top_logprobs_num if req.return_logprob else 0,
-                                     self._on_finish)
+            top_k = req.top_logprobs_num if req.return_logprob else 0
+            seq = self.engine.submit(ids, sp.max_new_tokens, top_k, self._on_finish)
             tracked = Tracked(
                 rid=req.rid, http_worker_ipc=req.http_worker_ipc, seq=seq,
                 return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num,
-                stream=req.stream, stream_interval=sp.stream_interval or self.server_args.stream_interval,
+                stream=req.stream,
+                stream_interval=sp.stream_interval or self.server_args.stream_interval,
                 skip_special_tokens=sp.skip_special_tokens,
                 spaces_between_special_tokens=sp.spaces_between_special_tokens,
                 no_stop_trim=sp.no_stop_trim)
