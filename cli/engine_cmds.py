@@ -7,12 +7,7 @@ from typing import Any
 
 import typer
 
-from cli import render
-from replay import aio
-from replay.client import ClientOptions, ServerClient
 from replay.errors import UsageError
-from replay.recorder import RecordOptions, record
-from replay.scenario import build_plan, load_scenario
 
 
 def engine_modules() -> Any:
@@ -95,35 +90,40 @@ def demo(
 ) -> None:
     """The whole loop on the embedded engine: serve `reference`, record, serve `hicache`
     (host tier, overlap scheduling), replay, report. Exit 0 pass, 1 fail, 2 error."""
-    from cli.main import run_replay  # shared with `golden replay`
-    from replay.golden_store import write_golden
-    from replay.launch import server_for
+    from cli import render
+    from cli.options import progress_bars
+    from cli.replay_cmd import replay_and_report
+    from replay.client import ClientOptions
     from replay.replayer import ReplayOptions
+    from replay.scenario import build_plan, load_scenario
+    from replay.session import ServerTarget, record_golden
 
     engine_modules()  # a clear error now if torch is missing
     spec = load_scenario(scenario)
-    plan = build_plan(spec)
     out.mkdir(parents=True, exist_ok=True)
-    golden_path = out / f"{spec.name}.zarr"
+    golden_path = out / f"{safe_name(spec.name)}.zarr"
     logs = out / "logs"
     copts = ClientOptions(concurrency=16)
 
     render.err.print(f"1/3 recording {spec.name} ({spec.requests} requests) on a `reference` "
                      "engine (radix cache off, overlap off)", markup=False)
-    with server_for(None, "embedded-reference", None, logs) as url:
-        async def go() -> Any:
-            async with ServerClient(url, copts) as client:
-                with render.progress_bar("record", spec.requests, quiet) as tick:
-                    return await record(client, plan, RecordOptions(), progress=tick)
-        golden = aio.run(go())
-    write_golden(golden, golden_path, force=True)
+    record_golden(build_plan(spec), golden_path,
+                  ServerTarget(profile="embedded-reference", log_dir=logs), client=copts,
+                  api="sglang", force=True, progress=progress_bars(quiet))
     render.err.print(f"2/3 wrote {golden_path}", markup=False)
     render.err.print(f"3/3 replaying on an `{replay_profile}` engine"
                      + (f" with fault {fault}" if fault else ""), markup=False)
-    code = run_replay(golden_path, None, ReplayOptions(), copts,
-                      report_path=out / "report.json", junit_path=out / "junit.xml",
-                      html_path=out / "report.html", quiet=quiet,
-                      launch=f"embedded-{replay_profile}", fault=fault, log_dir=logs)
+    target = ServerTarget(profile=f"embedded-{replay_profile}", log_dir=logs, fault=fault)
+    code = replay_and_report(golden_path, target, ReplayOptions(), copts, api="sglang",
+                             shard=None, quiet=quiet, report=out / "report.json",
+                             junit=out / "junit.xml", html=out / "report.html")
     render.err.print(f"reports: {out / 'report.json'}, {out / 'report.html'}; server logs: {logs}",
                      markup=False)
     raise typer.Exit(code)
+
+
+def safe_name(name: str) -> str:
+    """A scenario name as one harmless file-name component (a name is user text: `../x` must
+    not write outside --out)."""
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".")
+    return cleaned or "scenario"

@@ -10,72 +10,57 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
-from cli import render
-from cli.options import replay_options
-from replay.client import ClientOptions
-from replay.errors import UsageError
-from replay.matrix import LaunchSettings, matrix_junit, run_matrix
-from replay.report import write_json
-from replay.shard import parse_shard
+from cli import options as o
 
 EXIT_CODES = {"pass": 0, "fail": 1}
 TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywhere are listed
 
 
 def matrix(
-    golden_path: Path = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`."),
+    golden_path: Path = o.GoldenArg,
     launch: list[str] = typer.Option(..., "--launch", help="A launch profile (name or TOML file); repeat for each configuration.", show_default=False),
-    model: str = typer.Option(None, "--model", help="Model for profiles that need one (SGLang: a path or hub id).", show_default=False),
+    model: str = o.ModelOpt,
+    attention_backend: str = o.AttentionBackendOpt,
     report: Path = typer.Option(None, "--report", help="Write the matrix JSON report here (docs/ci.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here: one testsuite per profile.", show_default=False),
-    policy: str = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N."),
-    repeat: int = typer.Option(1, "--repeat", help="Replay the whole golden N times per profile (each from an empty cache)."),
-    schedule: str = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag."),
-    expect_cache: str = typer.Option("auto", "--expect-cache", help="auto | none | attention | mamba:INTERVAL (auto: per server)."),
-    require_tier: str = typer.Option(None, "--require-tier", help="Fail a profile unless some hits came from this tier: host | storage.", show_default=False),
-    allow_model_mismatch: bool = typer.Option(False, "--allow-model-mismatch", help="Replay even if a server's model differs from the golden's."),
+    html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
+    policy: str = o.PolicyOpt,
+    repeat: int = o.RepeatOpt,
+    schedule: str = o.ScheduleOpt,
+    expect_cache: str = o.ExpectCacheOpt,
+    require_tier: str = o.RequireTierOpt,
+    allow_model_mismatch: bool = o.AllowModelMismatchOpt,
+    allow_numerics_mismatch: bool = o.AllowNumericsMismatchOpt,
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Server logs go here, one PROFILE.log each."),
-    shard: str = typer.Option(None, "--shard", help="Replay only shard i of n (whole groups), e.g. 2/4.", show_default=False),
-    fault: str = typer.Option(None, "--fault", help="Inject this fault (embedded-engine profiles only).", show_default=False),
-    server_arg: list[str] = typer.Option([], "--server-arg", help="Append one argument to every server's command line (repeat; use --server-arg=--flag=value).", show_default=False),
-    concurrency: int = typer.Option(16, "--concurrency", help="Requests in flight at once."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one request."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs)."),
+    shard: str = o.ShardOpt,
+    fault: str = o.FaultOpt,
+    server_arg: list[str] = o.ServerArgOpt,
+    concurrency: int = o.ConcurrencyOpt,
+    timeout: float = o.TimeoutOpt,
+    api: str = o.ApiOpt,
+    api_key: str = o.ApiKeyOpt,
+    admin_api_key: str = o.AdminApiKeyOpt,
+    quiet: bool = o.QuietOpt,
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
-    options = replay_options(policy, schedule, repeat, require_tier, expect_cache, allow_model_mismatch)
-    copts = client_options(concurrency, timeout)
+    from replay.matrix import LaunchSettings, matrix_junit, run_matrix
+    from replay.report_files import write_reports
+    from replay.shard import parse_shard
+
+    options = o.replay_options(policy, schedule, repeat, require_tier, expect_cache,
+                               allow_model_mismatch, allow_numerics_mismatch)
+    copts = o.client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg))
-
-    def notify(line: str) -> None:
-        if not quiet:
-            render.err.print(line, markup=False)
-
-    def bar(label: str, total: int) -> Any:
-        return render.progress_bar(f"replay {golden_path.name} on {label}", total, quiet)
-
-    doc = run_matrix(golden_path, launch, options, copts, settings, shard=shard,
-                     progress_bar=bar, notify=notify)
-    if report:
-        write_json(doc, report)
-    if junit:
-        junit.write_text(matrix_junit(doc))
+    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg),
+                              attention_backend=attention_backend)
+    doc = run_matrix(golden_path, launch, options, copts, settings, shard=shard, api=api,
+                     progress=o.progress_bars(quiet), notify=o.notify_stderr(quiet))
+    write_reports(doc, report=report, junit=junit, html=html,
+                  junit_text=matrix_junit(doc) if junit else None)
     print_matrix(doc)
     raise typer.Exit(EXIT_CODES.get(doc["verdict"], 2))
-
-
-
-
-def client_options(concurrency: int, timeout: float) -> ClientOptions:
-    if concurrency < 1:
-        raise UsageError("--concurrency must be >= 1")
-    if timeout <= 0:
-        raise UsageError("--timeout must be > 0")
-    return ClientOptions(concurrency=concurrency, request_timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +71,9 @@ def client_options(concurrency: int, timeout: float) -> ClientOptions:
 def print_matrix(doc: dict[str, Any]) -> None:
     """The request x profile table (or, on a narrow terminal, one line per failing request),
     then one verdict line per profile and the matrix verdict."""
-    if render.out.width >= 100:
+    from cli import render
+
+    if render.is_wide(100):
         table = matrix_table(doc)
         if table is not None:
             render.out.print(table)
@@ -108,7 +95,9 @@ def cell(request: dict[str, Any]) -> str:
     return "miss" if request["status"] == "cache_miss" else request["status"]
 
 
-def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Table | None:
+def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Any:
+    from rich.table import Table
+
     names = doc["matrix"]["profiles"]
     reports = doc["matrix"]["reports"]
     cells: dict[tuple[str, int], dict[str, str]] = {}
@@ -133,16 +122,20 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Table | None:
 
 
 def failure_lines(doc: dict[str, Any]) -> list[str]:
+    from replay.report_views import first_failure_lines
+
     lines = []
     for name in doc["matrix"]["profiles"]:
-        lines.extend(f"{name}: {line}" for line in render.first_failure_lines(doc["matrix"]["reports"][name]))
+        lines.extend(f"{name}: {line}" for line in first_failure_lines(doc["matrix"]["reports"][name]))
     return lines
 
 
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     names = doc["matrix"]["profiles"]
     reports = doc["matrix"]["reports"]
-    lines = [f"{name}: {render.verdict_line(reports[name])}" for name in names]
+    from replay.report_views import verdict_line
+
+    lines = [f"{name}: {verdict_line(reports[name])}" for name in names]
     counts = {v: sum(1 for n in names if reports[n]["verdict"] == v) for v in ("pass", "fail", "error")}
     lines.append(f"MATRIX {doc['verdict'].upper()}: {len(names)} profile(s), {counts['pass']} pass, "
                  f"{counts['fail']} fail, {counts['error']} error")

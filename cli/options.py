@@ -1,30 +1,127 @@
-"""Checks shared by the commands that take the same options: one place, one message each."""
+"""What every command shares: option declarations (declared once, reused), the error wrapper
+(one line and exit 2, never a traceback) and the progress/notify callbacks handed to the library.
+
+Kept free of heavy imports: `golden --help` imports only this, typer and the command modules,
+whose bodies import the library when they run.
+"""
 
 from __future__ import annotations
 
-from replay.client import ClientOptions
-from replay.diff import Policy
-from replay.errors import UsageError
-from replay.replayer import ReplayOptions
-from replay.runner import check_schedule
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
 
 
-def client_options(concurrency: int, timeout: float, api_key: str | None) -> ClientOptions:
-    if concurrency < 1:
-        raise UsageError("--concurrency must be >= 1")
-    if timeout <= 0:
-        raise UsageError("--timeout must be > 0")
-    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
+def exits_cleanly(fn: F) -> F:
+    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from replay.errors import GoldenError
+
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except GoldenError as exc:
+            fail(f"error: {exc}")
+        except OSError as exc:  # a file or directory the user named cannot be used
+            where = f" {exc.filename}" if exc.filename else ""
+            fail(f"error:{where}: {exc.strerror or exc}")
+        except KeyboardInterrupt:
+            fail("error: interrupted")
+        except Exception as exc:  # a bug or an input nobody foresaw: still no verdict
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail(f"error: unexpected {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the "
+                 "traceback)")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def fail(line: str, code: int = 2) -> None:
+    from cli import render
+
+    render.err.print(line, markup=False)
+    raise typer.Exit(code)
+
+
+def notify_stderr(quiet: bool = False) -> Callable[[str], None]:
+    def notify(line: str) -> None:
+        if not quiet or line.startswith("warning:"):
+            from cli import render
+
+            render.err.print(line, markup=False)
+
+    return notify
+
+
+def progress_bars(quiet: bool) -> Any:
+    """The library's ProgressBar callback: a rich bar on stderr, or nothing when quiet."""
+    from cli import render
+
+    return lambda label, total: render.progress_bar(label, total, quiet)
+
+
+# Option declarations, shared by every command that takes them.
+ServerOpt = typer.Option(None, "--server", help="Base URL of a running server, e.g. http://127.0.0.1:30000.", show_default=False)
+LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
+ModelOpt = typer.Option(None, "--model", help="Model for --launch profiles that need one (SGLang: a path or hub id).", show_default=False)
+LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
+ServerArgOpt = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat; use --server-arg=--flag=value).", show_default=False)
+FaultOpt = typer.Option(None, "--fault", help="Inject this fault (embedded-engine profiles only; see docs/faults.md).", show_default=False)
+ConcurrencyOpt = typer.Option(16, "--concurrency", help="Requests in flight at once.")
+ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag (see docs/scenarios.md).")
+TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
+ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
+AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
+ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
+CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
+PolicyOpt = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N.")
+RepeatOpt = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache).")
+ExpectCacheOpt = typer.Option("auto", "--expect-cache", help="auto | none | any | attention | mamba:INTERVAL (docs/report.md).")
+RequireTierOpt = typer.Option(None, "--require-tier", help="Fail unless some hits came from this tier: host | storage.", show_default=False)
+AllowModelMismatchOpt = typer.Option(False, "--allow-model-mismatch", help="Replay even if the server's model differs from the golden's.")
+AllowNumericsMismatchOpt = typer.Option(False, "--allow-numerics-mismatch", help="Replay even if the server's numerics settings (attention backend, page size, dtype...) differ from the reference's.")
+AttentionBackendOpt = typer.Option(None, "--attention-backend", help="Attention backend for --launch SGLang profiles (default: fa4 on Blackwell, fa3 on Hopper, triton elsewhere; docs/profiles.md).", show_default=False)
+ShardOpt = typer.Option(None, "--shard", help="Replay only shard i of n (whole groups), e.g. 2/4.", show_default=False)
+GoldenArg = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`.")
+
+
+def client_options(concurrency: int, timeout: float, api_key: str | None = None,
+                   admin_api_key: str | None = None) -> Any:
+    from replay.client import ClientOptions
+
+    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key,
+                         admin_api_key=admin_api_key)
 
 
 def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,
-                   expect_cache: str, allow_model_mismatch: bool) -> ReplayOptions:
-    """`--policy`, `--schedule`, `--repeat`, `--require-tier`... checked and combined."""
-    parsed = Policy.parse(policy)
-    check_schedule(schedule)
-    if repeat < 1:
-        raise UsageError("--repeat must be >= 1")
-    if require_tier not in (None, "host", "storage", "device"):
-        raise UsageError(f"invalid --require-tier {require_tier!r}: use host or storage")
-    return ReplayOptions(policy=parsed, schedule=schedule, repeat=repeat, expect_cache=expect_cache,
-                         require_tier=require_tier, allow_model_mismatch=allow_model_mismatch)
+                   expect_cache: str, allow_model_mismatch: bool,
+                   allow_numerics_mismatch: bool = False) -> Any:
+    from replay.replayer import ReplayOptions
+
+    return ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
+                         expect_cache=expect_cache, require_tier=require_tier,
+                         allow_model_mismatch=allow_model_mismatch,
+                         allow_numerics_mismatch=allow_numerics_mismatch)
+
+
+def server_target(server: str | None, launch: str | None, model: str | None, log_dir: Path,
+                  fault: str | None = None, server_arg: list[str] | None = None,
+                  attention_backend: str | None = None) -> Any:
+    """Where the server is. A launch's choices (the pinned attention backend) go to stderr
+    even with --quiet: which kernels ran is part of every result."""
+    from replay.session import ServerTarget
+
+    return ServerTarget(url=server, profile=launch, model=model, log_dir=log_dir, fault=fault,
+                        extra_args=tuple(server_arg or ()), attention_backend=attention_backend,
+                        notify=notify_stderr())

@@ -16,11 +16,28 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from replay.report import failure_line
-from replay.scenario import PRESETS
+from replay.report_views import first_failure_lines, verdict_line
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+PIPE_WIDTH = 400  # columns a table may use when stdout is a pipe or a CI log (nothing cuts it)
+
+
+def is_wide(columns: int) -> bool:
+    """Whether tables of about `columns` fit: a real terminal that wide. In a pipe or a CI log
+    the one-line-per-item forms are used, which grep and log viewers handle best."""
+    return out.is_terminal and out.width >= columns
+
+
+def print_whole(renderable: object) -> None:
+    """Print a table or tree uncut: a terminal wraps it at its own width; in a pipe or CI log
+    (where rich would assume 80 columns and cut cells to "hic…") it gets all the width it needs."""
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    wide = Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH, file=out.file,
+                   color_system=None)
+    wide.print(renderable)
 
 
 @contextlib.contextmanager
@@ -41,6 +58,8 @@ def scenarios_table() -> Table:
             "max_new_tokens", "token range", "top_k", "seed", "requests"]
     for c in cols:
         table.add_column(c)
+    from replay.scenario import PRESETS
+
     for s in PRESETS.values():
         table.add_row(s.name, str(s.groups), str(s.branches), str(s.prefix_len), str(s.suffix_len),
                       str(s.turns), str(s.turn_suffix_len), str(s.max_new_tokens),
@@ -70,34 +89,9 @@ def failures_table(report: dict[str, Any], limit: int = 30) -> Table | None:
     return table
 
 
-def verdict_line(report: dict[str, Any]) -> str:
-    if report["verdict"] == "error":
-        return f"ERROR: {report['error']}"
-    s = report["summary"]
-    hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
-    tiers = ", ".join(f"{k}={v}" for k, v in sorted(s["cached_tokens_by_tier"].items())) or "-"
-    head = "PASS" if report["verdict"] == "pass" else "FAIL"
-    line = (f"{head}: {s['requests']} requests x {s['repeats']} repeat(s), "
-            f"{s['tokens_compared']} tokens compared, {s['requests_failed']} failed "
-            f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
-            f"policy {report['policy']}, max ulp {s['max_ulp']}; "
-            f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
-    if report.get("tier_problem"):
-        line += f"; {report['tier_problem']}"
-    return line
-
-
-def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
-    failing = [r for r in report.get("requests", []) if not r["passed"]]
-    lines = [f"{r['id']} (repeat {r['repeat']}): {failure_line(r)}" for r in failing[:limit]]
-    if len(failing) > limit:
-        lines.append(f"... and {len(failing) - limit} more (see --report)")
-    return lines
-
-
 def print_outcome(report: dict[str, Any]) -> None:
     """Failing requests (a table on wide terminals, one line each otherwise), then the verdict."""
-    if out.width >= 120:
+    if is_wide(120):
         table = failures_table(report)
         if table is not None:
             out.print(table)

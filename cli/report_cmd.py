@@ -1,9 +1,12 @@
-"""`golden report REPORT.json -o report.html`: a replay report as one self-contained HTML page.
+"""`golden report`: a report as one self-contained HTML page, or shard reports merged into one.
 
-Registered in cli/main.py with `app.command("report")(report)`. Kept apart from main.py so that
-the page can be produced from a report downloaded from CI, without a golden or a server.
-Exit codes follow the rest of the CLI: 0 written, 2 the input is not a report (or the page
-cannot be written), always with one line on stderr and never a traceback.
+    golden report REPORT.json -o report.html
+    golden report --merge r1.json r2.json ... [-o page.html] [--json merged.json] [--junit j.xml]
+
+Works from reports downloaded from CI, without a golden or a server. Exit codes: without
+`--merge` 0 written; with `--merge` the merged verdict (0 pass, 1 fail, 2 error), so a CI step
+can fail on it; 2 when an input is not a report (or a file cannot be written), always with one
+line on stderr and never a traceback.
 """
 
 from __future__ import annotations
@@ -14,21 +17,21 @@ from typing import Any
 
 import typer
 
-from cli import render
-from replay.errors import UsageError
-from replay.html_report import SCHEMA_PREFIX, write_html
-
 
 def load_report(path: Path) -> dict[str, Any]:
     """The report document, or a UsageError saying in one line why this file is not one."""
+    from replay.errors import UsageError
+    from replay.html import SCHEMA_PREFIX
+
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        what = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise UsageError(f"{path} is not valid JSON: {what}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path} is not a golden-replay report: the JSON is not an object")
     schema = doc.get("schema")
@@ -39,18 +42,35 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def report(
-    report_json: Path = typer.Argument(..., metavar="REPORT.json",
-                                       help="A report written by `golden replay --report`."),
-    out: Path = typer.Option(..., "-o", "--out", help="The HTML page to write."),
+    reports: list[Path] = typer.Argument(..., metavar="REPORT.json...", help="Report(s) written by `golden replay --report`."),
+    out: Path = typer.Option(None, "-o", "--out", help="The HTML page to write.", show_default=False),
+    merge: bool = typer.Option(False, "--merge", help="Merge the reports of `--shard i/n` runs into one (docs/ci.md)."),
+    json_out: Path = typer.Option(None, "--json", help="With --merge: write the merged JSON report here.", show_default=False),
+    junit: Path = typer.Option(None, "--junit", help="With --merge: write the merged JUnit XML here.", show_default=False),
 ) -> None:
-    """Render a JSON replay report as one self-contained HTML page (no network at view time)."""
-    try:
-        doc = load_report(report_json)
-        write_html(doc, out)
-    except UsageError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        render.err.print(f"error: cannot write {out}: {exc.strerror or exc}", markup=False)
-        raise typer.Exit(2) from None
-    render.out.print(f"wrote {out}", markup=False)
+    """Render a JSON replay report as one self-contained HTML page (no network at view time),
+    or with --merge turn shard reports into one report, JUnit file and page."""
+    from cli import render
+    from replay.errors import UsageError
+    from replay.report_files import write_reports
+
+    if len(reports) > 1 and not merge:
+        raise UsageError("several reports given: add --merge to merge shard reports")
+    if not merge and (json_out or junit):
+        raise UsageError("--json and --junit apply with --merge")
+    if not merge and out is None:
+        raise UsageError("give -o PAGE.html")
+    docs = [load_report(p) for p in reports]
+    if not merge:
+        try:
+            write_reports(docs[0], html=out)
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+        render.out.print(f"wrote {out}", markup=False)
+        return
+    from replay.merge import merge_reports
+
+    doc = merge_reports(docs)
+    write_reports(doc, report=json_out, junit=junit, html=out)
+    render.print_outcome(doc)
+    raise typer.Exit({"pass": 0, "fail": 1}.get(doc["verdict"], 2))

@@ -8,78 +8,72 @@ change, 2 when some golden could not be re-recorded (or bad arguments, unreachab
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from cli import render
-from replay.client import ClientOptions
-from replay.diff import Policy
-from replay.errors import UsageError
-from replay.fingerprint import redact_url
-from replay.launch import server_for
-from replay.recorder import RecordOptions
-from replay.report import write_json
-from replay.runner import check_schedule
-from replay.update import (
-    CHANGED,
-    ERROR,
-    UNCHANGED,
-    UpdateOptions,
-    UpdateResult,
-    find_goldens,
-    update_goldens,
-)
+from cli import options as o
 
 
 def update(
     directory: Path = typer.Argument(..., metavar="DIR", help="A directory of goldens (NAME.zarr, searched recursively)."),
-    server: str = typer.Option(None, "--server", help="Base URL of a running reference server.", show_default=False),
+    server: str = o.ServerOpt,
     launch: str = typer.Option(None, "--launch", help="Launch this profile instead (e.g. sglang-reference).", show_default=False),
-    model: str = typer.Option(None, "--model", help="Model for profiles that need one.", show_default=False),
-    log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Where a launched server writes its log."),
-    server_arg: list[str] = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat).", show_default=False),
+    model: str = o.ModelOpt,
+    attention_backend: str = o.AttentionBackendOpt,
+    log_dir: Path = o.LogDirOpt,
+    server_arg: list[str] = o.ServerArgOpt,
     policy: str = typer.Option("exact", "--policy", help="What counts as a change: exact | kl:THRESHOLD | ulp:N."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Compare only; write nothing; exit 1 if anything would change."),
     report_dir: Path = typer.Option(None, "--report-dir", help="Write each golden's old-vs-new comparison report here as JSON.", show_default=False),
-    check_determinism: int = typer.Option(1, "--check-determinism", help="Record N times; refuse a golden unless all agree bit for bit."),
-    schedule: str = typer.Option("lockstep", "--schedule", help="lockstep | interleave | dag."),
-    concurrency: int = typer.Option(16, "--concurrency", help="Requests in flight at once."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one request."),
-    api_key: str = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY).", show_default=False),
+    check_determinism: int = o.CheckDeterminismOpt,
+    schedule: str = o.ScheduleOpt,
+    concurrency: int = o.ConcurrencyOpt,
+    timeout: float = o.TimeoutOpt,
+    api: str = o.ApiOpt,
+    api_key: str = o.ApiKeyOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary line and the changes."),
 ) -> None:
     """Re-record every golden in DIR against a reference server; replace the ones that changed."""
-    if check_determinism < 1:
-        raise UsageError("--check-determinism must be >= 1")
-    check_schedule(schedule)
-    if concurrency < 1 or timeout <= 0:
-        raise UsageError("--concurrency must be >= 1 and --timeout > 0")
+    from cli import render
+    from replay.diff import Policy
+    from replay.errors import UsageError
+    from replay.recorder import RecordOptions
+    from replay.report_files import write_reports
+    from replay.update import UpdateOptions, UpdateResult, find_goldens, update_goldens
+
+    options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
+                            record=RecordOptions(schedule=schedule, check_determinism=check_determinism))
+    copts = o.client_options(concurrency, timeout, api_key)
+    target = o.server_target(server, launch, model, log_dir, server_arg=server_arg,
+                             attention_backend=attention_backend)
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory")
     if not find_goldens(directory):
         raise UsageError(f"no goldens (NAME.zarr) under {directory}")
-    options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
-                            record=RecordOptions(schedule=schedule, check_determinism=check_determinism))
-    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
 
     def shown(result: UpdateResult) -> None:
         print_result(result, dry_run, quiet)
         if report_dir and result.report is not None:
-            write_json(result.report, report_dir / f"{result.path.name}.json")
+            write_reports(result.report, report=report_dir / f"{result.path.name}.json")
 
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)
-    with server_for(server, launch, model, log_dir, extra_args=tuple(server_arg)) as url:
-        if not quiet:
-            render.err.print(f"re-recording goldens under {directory} from {redact_url(url)}", markup=False)
-        results = update_goldens(directory, url, options=options, client_options=copts, notify=shown)
+    if not quiet:
+        render.err.print(f"re-recording goldens under {directory} from {target.label}", markup=False)
+    results = update_goldens(directory, target, options=options, client_options=copts, api=api,
+                             notify=shown)
     for warning in results[0].warnings if results else []:
         render.err.print(f"warning: {warning}", markup=False)
     render.out.print(summary_line(results, dry_run), markup=False)
     raise typer.Exit(exit_code(results, dry_run))
 
 
-def print_result(result: UpdateResult, dry_run: bool, quiet: bool) -> None:
+def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
+    from cli import render
+    from replay.report_views import first_failure_lines
+    from replay.update import ERROR, UNCHANGED
+
     if result.status == UNCHANGED:
         if not quiet:
             render.out.print(f"unchanged: {result.path}", markup=False)
@@ -93,7 +87,7 @@ def print_result(result: UpdateResult, dry_run: bool, quiet: bool) -> None:
     render.out.print(f"{action}: {result.path}: {s.get('requests_failed', '?')} of "
                      f"{s.get('requests', '?')} request(s) differ, max ulp {s.get('max_ulp', '?')}",
                      markup=False)
-    for line in render.first_failure_lines(doc, limit=10):
+    for line in first_failure_lines(doc, limit=10):
         render.out.print(f"  {line}", markup=False)
     not_comparable = s.get("requests_not_comparable") or []
     if not_comparable:
@@ -101,14 +95,18 @@ def print_result(result: UpdateResult, dry_run: bool, quiet: bool) -> None:
                          "diverged, so their inputs differ)", markup=False)
 
 
-def summary_line(results: list[UpdateResult], dry_run: bool) -> str:
+def summary_line(results: list[Any], dry_run: bool) -> str:
+    from replay.update import CHANGED, ERROR, UNCHANGED
+
     count = {k: sum(1 for r in results if r.status == k) for k in (CHANGED, UNCHANGED, ERROR)}
     verb = "would change" if dry_run else "changed and replaced"
     return (f"{len(results)} golden(s): {count[CHANGED]} {verb}, {count[UNCHANGED]} unchanged, "
             f"{count[ERROR]} error(s)")
 
 
-def exit_code(results: list[UpdateResult], dry_run: bool) -> int:
+def exit_code(results: list[Any], dry_run: bool) -> int:
+    from replay.update import CHANGED, ERROR
+
     if any(r.status == ERROR for r in results):
         return 2
     if dry_run and any(r.status == CHANGED for r in results):

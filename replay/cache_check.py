@@ -9,8 +9,8 @@ output length; its input starts with those `history + output` tokens (sglang-pro
 - `any`: cached_tokens >= 1 (some prefix was reused), for caches that are not page-based and
   whose hit length depends on slot assignment (llama.cpp);
 - `none`: no expectation (e.g. replaying against another cache-disabled server).
-`auto` reads the server's settings; an API adapter that knows its server's cache better may name
-the rule itself in server_info["expect_cache_auto"] (`none` or `any`).
+`auto` reads the server's settings; an API adapter that knows its server's cache better names
+the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `api_default`.
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 """
@@ -23,8 +23,21 @@ from typing import Any
 
 from replay.errors import UsageError
 
-HYBRID_MARKERS = ("mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next",
-                  "falcon_h1", "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "bamba")
+# Fallback only, for servers older than 0.5.23 (which report `uses_mamba_radix_cache`): substrings
+# of the lowercased model_type, architectures and model path of hybrid (Mamba / linear-attention)
+# models, from SGLang 0.5.23's hybrid architectures (arg_groups/overrides.py, configs/).
+HYBRID_MARKERS = (
+    "mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next", "falcon_h1",
+    "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "zaya", "bamba",
+    "inkling",  # the seed's model: model_type inkling_model, InklingForConditionalGeneration
+    "kimi_linear", "kimilinear", "kimi_k3", "kimik3", "bailing_hybrid", "bailingmoev2_5",
+    "bailingmoev3", "bailing_moe_v3", "qwen3_5", "qwen3.5", "qwen4exp", "qwen4_exp",
+    "interns2", "intern_s2", "minicpmv4_6", "minicpmv4_7", "jetnemotron", "jet_nemotron",
+    "jetvlm", "jet_vlm", "glm5next", "glm5_next", "gigachat3_5", "gigachat35",
+)
+# Mamba radix cache strategies that keep SSM states at track boundaries (every
+# `mamba_track_interval` tokens); `no_buffer` keeps one only where a request finished.
+TRACKING_STRATEGIES = ("extra_buffer", "extra_buffer_lazy", "auto")
 
 
 @dataclass(frozen=True)
@@ -40,18 +53,21 @@ class CacheExpectation:
             return f"attention(page={self.page_size})"
         return "any" if self.kind == "any" else "none"
 
-    def minimum(self, history: int, output: int) -> int:
+    def minimum(self, history: int, output: int, lag: int = 0) -> int:
+        """The least acceptable hit; `lag` is SGLang's allowed checkpoint lag for a request whose
+        parent was retracted (its last decode checkpoint may be gone): mamba only."""
         span = history + output
         if self.kind == "attention":
             return min(span - 1, (span - 1) // self.page_size * self.page_size)
         if self.kind == "mamba":
-            return (span - 1) // self.interval * self.interval
+            return max(0, (span - 1) // self.interval * self.interval - lag)
         if self.kind == "any":
             return 1
         return 0
 
-    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int) -> str | None:
-        """Why this hit breaks the expectation, or None."""
+    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int,
+                lag: int = 0) -> str | None:
+        """Why this hit breaks the expectation, or None (`lag`: see `minimum`)."""
         if cached > prompt - 1:
             return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
         if self.kind == "none" or turn == 0:
@@ -64,18 +80,20 @@ class CacheExpectation:
             if cached not in allowed:
                 return f"cached_tokens {cached} not in {sorted(allowed)} (attention, page {self.page_size})"
             return None
-        floor = self.minimum(history, output)
+        floor = self.minimum(history, output, lag)
         if cached < floor:
-            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval})"
+            allowed = f", checkpoint lag {lag} allowed after a retraction" if lag else ""
+            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval}{allowed})"
         return None
 
 
-def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
+def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any],
+                      api_default: str | None = None) -> CacheExpectation:
     """`auto`, `none`, `any`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from
     server_info)."""
     page = _positive(server_info.get("page_size"), 1)
     if text == "auto":
-        return auto_expectation(server_info, model_info)
+        return auto_expectation(server_info, model_info, api_default)
     if text in ("none", "any"):
         return CacheExpectation(text)
     if text == "attention":
@@ -94,23 +112,44 @@ def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[s
     raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, any, attention or mamba:INTERVAL")
 
 
-def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any]) -> CacheExpectation:
-    """Derive the expectation from what the server reports about itself."""
+def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
+                     api_default: str | None = None) -> CacheExpectation:
+    """Derive the expectation from what the server reports about itself (or, for adapters that
+    know better, from their `api_default`).
+
+    A hybrid model is recognised by SGLang's own resolution (`uses_mamba_radix_cache`, 0.5.23);
+    model-name markers are the fallback for servers that do not report it. A hybrid server
+    tracking states every `mamba_track_interval` tokens gets `mamba:I`; one with the `no_buffer`
+    strategy keeps a state only where a request finished (less a replay lag), so only `any`
+    reuse can be asked of it.
+    """
     if server_info.get("disable_radix_cache"):
         return CacheExpectation("none")
-    suggested = server_info.get("expect_cache_auto")
-    if suggested in ("none", "any"):
-        return CacheExpectation(suggested)
+    if api_default in ("none", "any"):
+        return CacheExpectation(api_default)
     page = _positive(server_info.get("page_size"), 1)
+    interval = _positive(server_info.get("mamba_track_interval"), 0)
+    if not is_hybrid(server_info, model_info):
+        return CacheExpectation("attention", page_size=page)
+    strategy = server_info.get("mamba_radix_cache_strategy")
+    if strategy is not None and strategy not in TRACKING_STRATEGIES:
+        return CacheExpectation("any")
+    if interval:
+        return CacheExpectation("mamba", page_size=page, interval=interval)
+    return CacheExpectation("any")
+
+
+def is_hybrid(server_info: dict[str, Any], model_info: dict[str, Any]) -> bool:
+    """SGLang's own answer when the server gives one, else the model-name markers."""
+    reported = server_info.get("uses_mamba_radix_cache")
+    if isinstance(reported, bool):
+        return reported
     described = " ".join(
         str(x).lower()
         for x in (model_info.get("model_type"), model_info.get("architectures"),
                   model_info.get("model_path"), server_info.get("model_path"))
     )
-    interval = _positive(server_info.get("mamba_track_interval"), 0)
-    if interval and any(m in described for m in HYBRID_MARKERS):
-        return CacheExpectation("mamba", page_size=page, interval=interval)
-    return CacheExpectation("attention", page_size=page)
+    return bool(server_info.get("mamba_track_interval")) and any(m in described for m in HYBRID_MARKERS)
 
 
 def _positive(value: Any, default: int) -> int:

@@ -1,4 +1,7 @@
-"""One async HTTP client for an SGLang-protocol server: session, pool, timeouts, retries.
+"""The transport: one async HTTP client per server with its session, slots, timeouts and retries.
+
+It knows no API (httpx's rule): adapters in `replay.apis` decide paths and bodies and read the
+answers; this module only moves JSON and bytes.
 
 Retries happen only where a retry cannot change the measurement: the request never reached the
 server (connection refused / DNS / connect timeout) or the server declined it before doing any
@@ -11,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
-from replay.apis import Api
-from replay.errors import MalformedResponse, ServerError
+from replay.errors import MalformedResponse, ServerError, UsageError
 
 RETRYABLE_STATUS = {429, 503}
 
@@ -32,18 +35,29 @@ class ClientOptions:
     backoff: float = 0.5  # seconds, doubled per attempt
     flush_wait: float = 30.0  # seconds to keep retrying /flush_cache while busy
     api_key: str | None = None  # sent as a Bearer token, never logged
+    admin_api_key: str | None = None  # for admin endpoints (SGLang's --admin-api-key), never logged
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
+                or self.concurrency < 1:
+            raise UsageError("--concurrency must be >= 1")
+        for name in ("connect_timeout", "request_timeout", "flush_wait", "backoff"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                    or (value == 0 and name != "backoff"):
+                flag = "--timeout" if name == "request_timeout" else name
+                raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise UsageError("retries must be >= 0")
 
 
 class ServerClient:
-    """Use as `async with ServerClient(url, options, api) as client:`. The API (default SGLang's)
-    decides paths and bodies; this class owns the session, the pool, timeouts and retries."""
+    """Use as `async with ServerClient(url, options) as client:`; it owns the session, the pool,
+    timeouts and retries."""
 
-    def __init__(self, url: str, options: ClientOptions | None = None, api: Api | None = None) -> None:
-        from replay.apis.sglang import SGLangApi
-
+    def __init__(self, url: str, options: ClientOptions | None = None) -> None:
         self.url = url.rstrip("/")
         self.options = options or ClientOptions()
-        self.api: Api = api or SGLangApi()
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(self.options.concurrency)
 
@@ -70,18 +84,10 @@ class ServerClient:
             await self._session.close()
             self._session = None
 
-    async def generate(self, body: dict[str, Any], request_id: str, path: str = "/generate") -> Any:
+    async def post(self, path: str, body: dict[str, Any], request_id: str) -> Any:
+        """One generation-style POST within the concurrency bound; the decoded JSON answer."""
         async with self._slots:
             return await self._call("POST", path, request_id, body=body)
-
-    async def server_info(self) -> dict[str, Any]:
-        return await self.api.server_info(self)
-
-    async def model_info(self) -> dict[str, Any]:
-        return await self.api.model_info(self)
-
-    async def flush_cache(self) -> None:
-        await self.api.flush_cache(self)
 
     async def get_json(self, path: str, fallback: str | None = None) -> dict[str, Any]:
         """GET a JSON object (trying `fallback` on 404: older servers' names)."""
@@ -89,7 +95,8 @@ class ServerClient:
         if status == 404 and fallback:
             status, text = await self.raw("GET", fallback, fallback)
         if status != 200:
-            raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}")
+            raise ServerError(f"{self.url}{path} answered HTTP {status}: {_short(text)}"
+                              f"{auth_hint(status)}")
         data = _decode(text, path)
         if not isinstance(data, dict):
             raise MalformedResponse(f"{path}: expected a JSON object")
@@ -112,11 +119,13 @@ class ServerClient:
         if status != 200:
             raise ServerError(
                 f"request {request_id}: {self.url}{path} answered HTTP {status}: {_short(text)}"
+                f"{auth_hint(status)}"
             )
         return _decode(text, f"request {request_id}")
 
     async def raw(
-        self, method: str, path: str, what: str, body: Any = None
+        self, method: str, path: str, what: str, body: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, str]:
         """One exchange, with retries only where the server did no work."""
         assert self._session is not None, "use ServerClient as an async context manager"
@@ -124,7 +133,8 @@ class ServerClient:
         for attempt in range(self.options.retries + 1):
             last = attempt == self.options.retries
             try:
-                async with self._session.request(method, self.url + path, json=body) as resp:
+                async with self._session.request(method, self.url + path, json=body,
+                                                 headers=headers) as resp:
                     text = await resp.text()
                     if resp.status in RETRYABLE_STATUS and not last:
                         await asyncio.sleep(delay)
@@ -144,6 +154,13 @@ class ServerClient:
             except aiohttp.ClientError as exc:
                 raise ServerError(f"{what}: connection to {self.url} failed: {_reason(exc)}") from None
         raise AssertionError("unreachable")
+
+
+def auth_hint(status: int) -> str:
+    """What a 401/403 means for the user, appended to the error line."""
+    if status in (401, 403):
+        return " (the server wants an API key: pass --api-key or set GOLDEN_API_KEY)"
+    return ""
 
 
 def _decode(text: str, what: str) -> Any:

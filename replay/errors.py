@@ -26,3 +26,7 @@ class MalformedResponse(GoldenError):
 
 class ModelMismatch(GoldenError):
     """The server serves a different model than the golden was recorded with."""
+
+
+class NumericsMismatch(GoldenError):
+    """The replay server runs other arithmetic than the reference (replay/numerics.py)."""

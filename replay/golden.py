@@ -1,8 +1,7 @@
 """The in-memory golden: a recorded conversation tree with exact outputs.
 
-A golden stores the tree, not copies: a turn-0 request's input is its group's shared prefix
-followed by its own new tokens; a later turn's input is its parent's input, the parent's output,
-then its own new tokens. `golden_store` writes and reads this to and from zarr.
+A golden stores the tree (`replay.tree`), not copies of inputs: each request's input is rebuilt
+by the tree's one input rule. `golden_store` writes and reads this to and from zarr.
 
 Logprobs are held as float64 arrays carrying exactly the values the server sent (float64 values
 of float32s for SGLang); comparisons are done on bit patterns.
@@ -15,18 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from replay.tree import TreeNode, input_ids
+
 
 @dataclass
-class RecordedRequest:
-    """One request of the tree and what the reference server answered."""
+class RecordedRequest(TreeNode):
+    """One node of the tree (`parent` indexes Golden.requests) and what the reference answered."""
 
-    id: str  # "g{group}/b{branch}/t{turn}"
-    group: int
-    branch: int
-    turn: int
-    parent: int  # index into Golden.requests, -1 for turn 0
-    new_tokens: np.ndarray  # int32: appended after the prefix (turn 0) or parent's input+output
-    max_new_tokens: int
     output_ids: np.ndarray  # int32 [n]
     logprobs: np.ndarray  # float64 [n], exact values received
     top_ids: np.ndarray | None = None  # int32 [n, k]; -1 where the server sent fewer than k
@@ -61,17 +55,4 @@ class Golden:
 
     def input_ids(self, i: int) -> np.ndarray:
         """The exact input tokens of request i, rebuilt from the tree."""
-        parts: list[np.ndarray] = []
-        node = self.requests[i]
-        chain = [node]
-        while node.parent >= 0:
-            node = self.requests[node.parent]
-            chain.append(node)
-        root = chain[-1]
-        parts.append(self.prefixes[root.group])
-        for depth, n in enumerate(reversed(chain)):
-            if depth > 0:
-                prev = chain[len(chain) - depth]
-                parts.append(prev.output_ids)
-            parts.append(n.new_tokens)
-        return np.concatenate(parts).astype(np.int32)
+        return input_ids(self.requests, self.prefixes, lambda j: self.requests[j].output_ids, i)

@@ -14,7 +14,8 @@ import numpy as np
 from replay.diff import Policy, diff_outputs
 from replay.errors import UsageError
 from replay.golden import Golden
-from replay.report import ReplayResult, RequestOutcome, report_dict
+from replay.report import report_dict
+from replay.results import ReplayResult, RequestOutcome
 
 
 def compare_goldens(a: Golden, b: Golden, name_a: str, name_b: str, policy: Policy) -> dict[str, Any]:

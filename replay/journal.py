@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay.errors import UsageError
-from replay.protocol import Completion
+from replay.apis.base import Completion
 
 FORMAT = "golden-replay/journal/1"
 
@@ -131,7 +131,3 @@ class Journal:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-    def remove(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)

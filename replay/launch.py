@@ -22,7 +22,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import string
 import subprocess
@@ -32,25 +31,33 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, ContextManager
 
+import numpy as np
+
+from replay.apis import check_api_name, get_api
 from replay.errors import GoldenError, ServerError, UsageError
+from replay.gpu import choose_attention_backend
+from replay.process_group import exited_soon, stop_process_group
 from replay.redact import redact_text
 
 LOOPBACK = "127.0.0.1"
 # Placeholders a profile may use. The launcher fills python, host, port, log_dir, scratch_dir and
 # replay_root itself; model and fault come from the user and are required when used in `command`
-# or `env` (and optional when used only in `optional_args`).
+# or `env` (and optional when used only in `optional_args`); attention_backend comes from the user
+# or, when not given, from the GPU the launcher sees (replay/gpu.py), so it is never required.
 AUTOMATIC = ("python", "host", "port", "log_dir", "scratch_dir", "replay_root")
-USER_GIVEN = ("model", "fault")
+USER_GIVEN = ("model", "fault", "attention_backend")
+DEFAULTED = ("attention_backend",)
 PLACEHOLDERS = AUTOMATIC + USER_GIVEN
+Notify = Callable[[str], None]
 PROFILE_KEYS = {
     "name", "description", "command", "env", "optional_args", "cwd", "health",
-    "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids",
+    "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids", "api",
 }
 TAIL_LINES = 6
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
@@ -72,13 +79,14 @@ class LaunchProfile:
     stop_timeout: float = 30.0  # seconds between SIGTERM and SIGKILL
     warmup: bool = True
     warmup_input_ids: tuple[int, ...] = (1, 2, 3, 4)
+    api: str = "sglang"  # the API the server speaks: its adapter builds the warm-up request
     source: str = "built-in"  # "built-in" or the TOML file it came from
 
     @property
     def required(self) -> list[str]:
         """User-given placeholders the profile cannot start without."""
         used = _placeholders_in(self.templates(with_optional=False))
-        return [p for p in USER_GIVEN if p in used]
+        return [p for p in USER_GIVEN if p in used and p not in DEFAULTED]
 
     @property
     def accepts(self) -> list[str]:
@@ -168,6 +176,7 @@ def parse_profile(text: str, *, default_name: str, source: str) -> LaunchProfile
         warmup=_bool(data.get("warmup", True), f"{where}: warmup"),
         warmup_input_ids=tuple(_int_list(data.get("warmup_input_ids", [1, 2, 3, 4]),
                                          f"{where}: warmup_input_ids")),
+        api=check_api_name(_string(data.get("api", "sglang"), f"{where}: api")),
         source=source,
     )
     _check_placeholders(profile, where)
@@ -176,17 +185,21 @@ def parse_profile(text: str, *, default_name: str, source: str) -> LaunchProfile
 
 def render(profile: LaunchProfile, *, model: str | None, port: int, log_dir: Path,
            host: str = LOOPBACK, fault: str | None = None, extra_args: Sequence[str] = (),
-           scratch_dir: Path | None = None) -> Rendered:
-    """Fill the placeholders. A missing required value or an unusable one is a UsageError."""
-    check_values(profile, model=model, fault=fault)
+           scratch_dir: Path | None = None, attention_backend: str | None = None) -> Rendered:
+    """Fill the placeholders. A missing required value or an unusable one is a UsageError.
+    `attention_backend` is the chosen one (see `attention_choice`), needed when the profile uses it."""
+    check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
+    if "attention_backend" in _placeholders_in(profile.templates(with_optional=False)) \
+            and not attention_backend:
+        raise UsageError(f"launch profile {profile.name!r} needs an attention backend")
     values = {
         "python": sys.executable, "host": host, "port": str(port), "log_dir": str(log_dir),
         "scratch_dir": str(scratch_dir if scratch_dir is not None else log_dir / "scratch"),
         "replay_root": str(Path(__file__).resolve().parent.parent),
-        "model": model or "", "fault": fault or "",
+        "model": model or "", "fault": fault or "", "attention_backend": attention_backend or "",
     }
     argv = [_fill(a, values) for a in profile.command]
-    given = {"model": model, "fault": fault}
+    given = {"model": model, "fault": fault, "attention_backend": attention_backend}
     for key, args in profile.optional_args.items():
         if given.get(key):
             argv.extend(_fill(a, values) for a in args)
@@ -196,8 +209,9 @@ def render(profile: LaunchProfile, *, model: str | None, port: int, log_dir: Pat
     return Rendered(argv=argv, env=env, cwd=cwd)
 
 
-def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None) -> None:
-    """Refuse before anything starts: a needed model missing, or a fault the profile can't take."""
+def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None,
+                 attention_backend: str | None = None) -> None:
+    """Refuse before anything starts: a needed model missing, or a value the profile can't take."""
     if "model" in profile.required and not model:
         raise UsageError(f"launch profile {profile.name!r} needs a model: pass --model PATH")
     if "fault" in profile.required and not fault:
@@ -205,6 +219,21 @@ def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None
     if fault and "fault" not in profile.accepts:
         raise UsageError(f"launch profile {profile.name!r} takes no fault (only the embedded "
                          "engine's profiles inject faults)")
+    if attention_backend and "attention_backend" not in profile.accepts:
+        raise UsageError(f"launch profile {profile.name!r} takes no --attention-backend (it has "
+                         "no {attention_backend} placeholder: it pins its own or has none)")
+
+
+def attention_choice(profile: LaunchProfile, given: str | None,
+                     notify: Notify | None = None) -> str | None:
+    """The backend to fill into `{attention_backend}` (None when the profile has none): the
+    given one, else the default for the visible GPU. Always announced through `notify`."""
+    if "attention_backend" not in profile.accepts:
+        return None
+    choice = choose_attention_backend(given)
+    if notify:
+        notify(f"launch profile {profile.name}: {choice.line()}")
+    return choice.backend
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,7 +244,8 @@ def check_values(profile: LaunchProfile, *, model: str | None, fault: str | None
 @contextlib.contextmanager
 def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
              fault: str | None = None, extra_args: Sequence[str] = (),
-             host: str = LOOPBACK) -> Iterator[str]:
+             host: str = LOOPBACK, attention_backend: str | None = None,
+             notify: Notify | None = None) -> Iterator[str]:
     """Start the profile's server, yield its base URL once it answers, always stop it.
 
     A GoldenError raised by the caller while the server has meanwhile died is re-raised as a
@@ -226,9 +256,11 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     port = free_port(host)
     url = f"http://{host}:{port}"
+    backend = attention_choice(profile, attention_backend, notify)
     with scratch_directory(log_path.parent, profile.name) as scratch:
         rendered = render(profile, model=model, port=port, log_dir=log_path.parent, host=host,
-                          fault=fault, extra_args=extra_args, scratch_dir=scratch)
+                          fault=fault, extra_args=extra_args, scratch_dir=scratch,
+                          attention_backend=backend)
         proc = start_process(rendered, log_path, profile.name)
         try:
             wait_until_ready(proc, url, profile, log_path)
@@ -254,7 +286,9 @@ def scratch_directory(parent: Path, name: str) -> Iterator[Path]:
 
 
 def server_for(server: str | None, launch: str | None, model: str | None, log_dir: Path, *,
-               fault: str | None = None, extra_args: Sequence[str] = ()) -> ContextManager[str]:
+               fault: str | None = None, extra_args: Sequence[str] = (),
+               attention_backend: str | None = None,
+               notify: Notify | None = None) -> ContextManager[str]:
     """`--server URL` or `--launch PROFILE` (exactly one) as a context manager yielding a URL.
 
     The profile is loaded and its values checked here, before anything starts, so a typo or a
@@ -263,14 +297,15 @@ def server_for(server: str | None, launch: str | None, model: str | None, log_di
     if (server is None) == (launch is None):
         raise UsageError("give exactly one of --server URL or --launch PROFILE")
     if server is not None:
-        if fault or extra_args:
-            raise UsageError("--fault and --server-arg apply only with --launch")
+        if fault or extra_args or attention_backend:
+            raise UsageError("--fault, --server-arg and --attention-backend apply only with --launch")
         return contextlib.nullcontext(server)
     assert launch is not None
     profile = load_profile(launch)
-    check_values(profile, model=model, fault=fault)
+    check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
     return launched(profile, model=model, log_path=Path(log_dir) / f"{profile.name}.log",
-                    fault=fault, extra_args=extra_args)
+                    fault=fault, extra_args=extra_args, attention_backend=attention_backend,
+                    notify=notify)
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -327,16 +362,16 @@ def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchP
 
 def warm_up(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile, deadline: float,
             log_path: Path) -> None:
-    """One tiny generate: a healthy server that cannot generate should fail here, not mid-replay."""
-    body = {"input_ids": list(profile.warmup_input_ids),
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
-    status = http_status("POST", url + "/generate", body=body, timeout=max(30.0, _left(deadline)))
+    """One tiny generation, asked as the profile's API adapter asks: a healthy server that cannot
+    generate should fail here, not mid-replay."""
+    path, body = get_api(profile.api).request(np.array(profile.warmup_input_ids, dtype=np.int32), 1, 0)
+    status = http_status("POST", url + path, body=body, timeout=max(30.0, _left(deadline)))
     if status == 200:
         return
     if proc.poll() is not None:
-        raise ServerError(died_message(profile, proc, log_path, "during the warm-up /generate"))
+        raise ServerError(died_message(profile, proc, log_path, "during the warm-up generation"))
     what = "no answer" if status is None else f"HTTP {status}"
-    raise ServerError(f"launch profile {profile.name!r}: the warm-up /generate got {what}; "
+    raise ServerError(f"launch profile {profile.name!r}: the warm-up {path} got {what}; "
                       f"{log_tail_text(log_path)}")
 
 
@@ -355,93 +390,6 @@ def http_status(method: str, url: str, *, timeout: float, body: Any = None) -> i
         return int(exc.code)
     except (urllib.error.URLError, OSError, ValueError):
         return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Stopping
-# ---------------------------------------------------------------------------------------------
-
-
-def stop_process_group(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM to the whole group, up to `grace` seconds for it to go, then SIGKILL.
-
-    The group, not just the leader: servers such as SGLang run schedulers and detokenizers in
-    child processes, and a leader that exits on SIGTERM may leave them holding the GPU. A second
-    Ctrl-C while waiting skips straight to SIGKILL.
-    """
-    pgid = proc.pid  # start_new_session made the leader its group's id
-    try:
-        signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        _reap_leader(proc, deadline)
-        _wait_group_gone(pgid, deadline)
-    except KeyboardInterrupt:
-        kill_group(proc, pgid)
-        raise
-    kill_group(proc, pgid)
-
-
-def exited_soon(proc: subprocess.Popen[bytes], within: float) -> bool:
-    """Whether the server exits within `within` seconds. A client sees the connection drop
-    while the dying process is still tearing down, so a plain poll() would race it."""
-    try:
-        proc.wait(timeout=within)
-    except subprocess.TimeoutExpired:
-        return False
-    return True
-
-
-def kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
-    if group_alive(pgid):
-        signal_group(pgid, signal.SIGKILL)
-    proc.wait()
-    _wait_group_gone(pgid, time.monotonic() + 5.0)
-
-
-def signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc.
-
-    Zombies are skipped: an orphan's exit status is collected by whatever reaps orphans here (not
-    always a real init), and a zombie holds no resources, so waiting for it would be pointless.
-    """
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    if os.path.isdir("/proc/self"):
-        return bool(group_members(pgid))
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _reap_leader(proc: subprocess.Popen[bytes], deadline: float) -> None:
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=max(0.0, _left(deadline)))
-
-
-def _wait_group_gone(pgid: int, deadline: float) -> None:
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,28 +9,22 @@ configurations still run and still say something.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 from xml.etree import ElementTree as ET
 
-from replay import aio
-from replay.client import ClientOptions, ServerClient
+from replay.client import ClientOptions
 from replay.errors import GoldenError, UsageError
-from replay.fingerprint import redact_url
-from replay.golden import Golden
-from replay.golden_store import read_golden
-from replay.launch import LaunchProfile, check_values, launched, load_profile
-from replay.replayer import ReplayOptions, replay
-from replay.report import SCHEMA, ReplayResult, junit_xml, report_dict
-from replay.shard import shard_golden
+from replay.launch import LaunchProfile, check_values, load_profile
+from replay.merge import worst_verdict
+from replay.replayer import ReplayOptions
+from replay.report import SCHEMA, report_dict
+from replay.report_views import junit_xml
+from replay.session import ProgressBar, ServerTarget, load_golden, replay_golden
 
-Tick = Callable[[str], None]
-ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
-VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
 
 
 @dataclass(frozen=True)
@@ -41,37 +35,12 @@ class LaunchSettings:
     log_dir: Path = Path("golden-logs")
     fault: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # None: the default for the visible GPU (replay/gpu.py)
 
-
-def worst_verdict(verdicts: Sequence[str]) -> str:
-    return max(verdicts, key=VERDICT_RANK.__getitem__, default="error")
-
-
-def load_golden(golden_path: Path, shard: str | None = None) -> Golden:
-    golden = read_golden(golden_path)
-    return shard_golden(golden, shard) if shard else golden
-
-
-def replay_result(url: str, golden: Golden, golden_name: str, options: ReplayOptions,
-                  copts: ClientOptions, tick: Tick | None = None) -> ReplayResult:
-    """One replay against a running server; errors propagate (GoldenError)."""
-
-    async def go() -> ReplayResult:
-        async with ServerClient(url, copts) as client:
-            return await replay(client, golden, golden_name, options, progress=tick)
-
-    return aio.run(go())
-
-
-def replay_report(url: str, golden: Golden, golden_name: str, options: ReplayOptions,
-                  copts: ClientOptions, tick: Tick | None = None) -> dict[str, Any]:
-    """One replay as the normal report dict; a GoldenError becomes an `error` report."""
-    try:
-        result = replay_result(url, golden, golden_name, options, copts, tick)
-    except GoldenError as exc:
-        return report_dict(None, golden=golden_name, server=redact_url(url),
-                           policy=str(options.policy), error=str(exc))
-    return report_dict(result, golden=golden_name, server=redact_url(url), policy=str(options.policy))
+    def target(self, profile: str, notify: Notify | None = None) -> ServerTarget:
+        return ServerTarget(profile=profile, model=self.model, log_dir=self.log_dir,
+                            fault=self.fault, extra_args=self.extra_args,
+                            attention_backend=self.attention_backend, notify=notify)
 
 
 def resolve_profiles(names: Sequence[str], settings: LaunchSettings) -> list[LaunchProfile]:
@@ -85,36 +54,15 @@ def resolve_profiles(names: Sequence[str], settings: LaunchSettings) -> list[Lau
         if p.name in seen:
             raise UsageError(f"launch profile {p.name!r} is given twice")
         seen.add(p.name)
-        check_values(p, model=settings.model, fault=settings.fault)
+        check_values(p, model=settings.model, fault=settings.fault,
+                     attention_backend=settings.attention_backend)
     return profiles
-
-
-def replay_profile(profile: LaunchProfile, golden: Golden, golden_name: str,
-                   options: ReplayOptions, copts: ClientOptions, settings: LaunchSettings,
-                   progress_bar: ProgressBar | None = None) -> dict[str, Any]:
-    """Launch, replay, stop: the profile's report, `error` when anything prevented a verdict."""
-    log_path = Path(settings.log_dir) / f"{profile.name}.log"
-    server = f"launch:{profile.name}"
-    try:
-        with launched(profile, model=settings.model, log_path=log_path, fault=settings.fault,
-                      extra_args=settings.extra_args) as url:
-            server = url
-            total = len(golden.requests) * options.repeat
-            with _bar(progress_bar, f"{profile.name}", total) as tick:
-                result = replay_result(url, golden, golden_name, options, copts, tick)
-        doc = report_dict(result, golden=golden_name, server=server, policy=str(options.policy))
-    except GoldenError as exc:
-        doc = report_dict(None, golden=golden_name, server=server, policy=str(options.policy),
-                          error=str(exc))
-    doc["profile"] = profile.name
-    doc["server_log"] = str(log_path)
-    return doc
 
 
 def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayOptions,
                copts: ClientOptions, settings: LaunchSettings, *, shard: str | None = None,
-               progress_bar: ProgressBar | None = None, notify: Notify | None = None
-               ) -> dict[str, Any]:
+               api: str = "auto", progress: ProgressBar | None = None,
+               notify: Notify | None = None) -> dict[str, Any]:
     """The matrix report document (schema: docs/ci.md). Raises only UsageError (bad profiles
     or arguments); an unreadable golden or a server failure is an `error` inside the document."""
     profiles = resolve_profiles(profile_names, settings)
@@ -130,13 +78,17 @@ def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayO
                                           policy=str(options.policy), error=str(exc))
             reports[p.name]["profile"] = p.name
         return matrix_document(golden_name, options, profiles, reports, shard)
-    for p in profiles:
+    for name, p in zip(profile_names, profiles):
+        log_path = Path(settings.log_dir) / f"{p.name}.log"
         if notify:
-            notify(f"{p.name}: launching (log: {Path(settings.log_dir) / (p.name + '.log')})")
-        reports[p.name] = replay_profile(p, golden, golden_name, options, copts, settings,
-                                         progress_bar)
+            notify(f"{p.name}: launching (log: {log_path})")
+        doc = replay_golden(golden, settings.target(name, notify), options, copts, api=api,
+                            progress=progress, name=golden_name)
+        doc["profile"] = p.name
+        doc["server_log"] = str(log_path)
+        reports[p.name] = doc
         if notify:
-            notify(f"{p.name}: {reports[p.name]['verdict']}")
+            notify(f"{p.name}: {doc['verdict']}")
     return matrix_document(golden_name, options, profiles, reports, shard)
 
 
@@ -167,12 +119,3 @@ def matrix_junit(doc: dict[str, Any]) -> str:
     for k, v in totals.items():
         root.set(k, str(v))
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
-
-
-@contextlib.contextmanager
-def _bar(progress_bar: ProgressBar | None, label: str, total: int) -> Iterator[Tick | None]:
-    if progress_bar is None:
-        yield None
-        return
-    with progress_bar(label, total) as tick:
-        yield tick

@@ -5,7 +5,9 @@
 
 Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
 starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
-that need a model, `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
+that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
+visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
+`--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
 keep every replay's JSON report (CI artifacts). Without a server option the tests that use
 `golden_replay` are skipped, so a suite stays runnable on machines without an accelerator.
 
@@ -44,6 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Launch this profile (a built-in name or a TOML file) for the session.")
     group.addoption("--golden-model", metavar="MODEL", default=None,
                     help="Model for launch profiles that need one.")
+    group.addoption("--golden-attention-backend", metavar="NAME", default=None,
+                    help="Attention backend for launched SGLang profiles (default: per visible GPU).")
+    group.addoption("--golden-api", metavar="NAME", default="auto",
+                    help="The server's API: auto (ask it), sglang, openai or llamacpp.")
     group.addoption("--golden-log-dir", metavar="DIR", default=None,
                     help="Where launched servers write their logs (default: a pytest temp dir).")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,
@@ -60,36 +66,49 @@ def golden_server(request: pytest.FixtureRequest,
     if not server and not launch:
         pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
     from replay.errors import GoldenError
-    from replay.launch import server_for
+    from replay.session import ServerTarget
 
     log_dir_opt = config.getoption("golden_log_dir")
     log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
     try:
-        context = server_for(server or None, launch or None, config.getoption("golden_model"),
-                             log_dir)
-        with context as url:
+        target = ServerTarget(url=server or None, profile=launch or None,
+                              model=config.getoption("golden_model"), log_dir=log_dir,
+                              attention_backend=config.getoption("golden_attention_backend"),
+                              notify=_say(config))
+        with target.serving() as url:
             yield url
     except GoldenError as exc:
         pytest.fail(f"golden server: {exc}", pytrace=False)
 
 
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    """Launch announcements (the pinned attention backend) on the terminal, past capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"golden-replay: {line}")
+    return say
+
+
 @pytest.fixture
 def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenReplay:
     """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
-    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch, shard,
-    concurrency, timeout."""
-    from cli.render import first_failure_lines, verdict_line
-    from replay.report import write_json
+    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch,
+    allow_numerics_mismatch, shard, concurrency, timeout, api."""
+    from replay.report_views import first_failure_lines, verdict_line
+    from replay.report_files import write_reports
 
     report_dir = request.config.getoption("golden_report_dir")
+    api = request.config.getoption("golden_api")
     test_dir = request.path.parent
 
     def run(path: str | Path, **options: Any) -> dict[str, Any]:
         golden_path = resolve_golden_path(Path(path), test_dir)
-        doc = replay_golden(golden_server, golden_path, **options)
+        doc = replay_golden(golden_server, golden_path, **{"api": api, **options})
         if report_dir:
             Path(report_dir).mkdir(parents=True, exist_ok=True)
-            write_json(doc, Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
+            write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
         if doc["verdict"] == "fail":
             pytest.fail("\n".join([verdict_line(doc), *first_failure_lines(doc)]), pytrace=False)
         if doc["verdict"] == "error":
@@ -102,33 +121,24 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
 def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exact",
                   schedule: str = "lockstep", repeat: int = 1, expect_cache: str = "auto",
                   require_tier: str | None = None, allow_model_mismatch: bool = False,
-                  shard: str | None = None, concurrency: int = 16,
-                  timeout: float = 900.0) -> dict[str, Any]:
+                  allow_numerics_mismatch: bool = False, shard: str | None = None, concurrency: int = 16,
+                  timeout: float = 900.0, api: str = "auto") -> dict[str, Any]:
     """One replay as a report dict. Bad options raise UsageError (a mistake in the test itself,
     shown as such); everything else that prevents a verdict is an `error` report."""
+    from replay import session
     from replay.client import ClientOptions
-    from replay.diff import Policy
-    from replay.errors import GoldenError, UsageError
-    from replay.matrix import load_golden, replay_report
     from replay.replayer import ReplayOptions
-    from replay.report import report_dict
-    from replay.runner import check_schedule
+    from replay.shard import parse_shard
 
-    check_schedule(schedule)
-    if repeat < 1:
-        raise UsageError("repeat must be >= 1")
-    options = ReplayOptions(policy=Policy.parse(policy) if isinstance(policy, str) else policy,
-                            schedule=schedule, repeat=repeat, expect_cache=expect_cache,
-                            require_tier=require_tier, allow_model_mismatch=allow_model_mismatch)
+    options = ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
+                            expect_cache=expect_cache, require_tier=require_tier,
+                            allow_model_mismatch=allow_model_mismatch,
+                            allow_numerics_mismatch=allow_numerics_mismatch)
     copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
-    name = str(golden_path)
-    try:
-        golden = load_golden(golden_path, shard)
-    except UsageError:
-        raise
-    except GoldenError as exc:
-        return report_dict(None, golden=name, server=url, policy=str(options.policy), error=str(exc))
-    return replay_report(url, golden, name, options, copts)
+    if shard is not None:
+        parse_shard(shard)
+    return session.replay_golden(golden_path, session.ServerTarget(url=url), options, copts,
+                                 api=api, shard=shard)
 
 
 def resolve_golden_path(path: Path, test_dir: Path) -> Path:

@@ -1,21 +1,29 @@
-"""Record a scenario's reference outputs from a server into an in-memory Golden."""
+"""Record a scenario's reference outputs from a server into an in-memory Golden.
+
+`record` asks the server for its settings and model, runs the plan (optionally several times:
+`check_determinism`), and refuses a reference whose repeated recordings differ by a bit. The
+journal (crash-safe resume) and the atomic write around it belong to `replay.session`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from replay.client import ServerClient
+from replay.apis.base import SAMPLING, Completion
+from replay.connection import Connection
 from replay.diff import IDENTICAL, Policy, diff_outputs
+from replay.errors import UsageError
 from replay.fingerprint import model_identity, source_meta, vocab_size
 from replay.golden import Golden, RecordedRequest
 from replay.journal import Journal
-from replay.protocol import SAMPLING, Completion
-from replay.runner import Job, run_jobs
+from replay.runner import check_schedule, run_nodes
 from replay.scenario import Plan, check_vocab
+from replay.server_checks import check_sampling_defaults
+from replay.tree import input_ids
 
 Progress = Callable[[str], None]  # called with the request id as each completes
 
@@ -24,79 +32,80 @@ Progress = Callable[[str], None]  # called with the request id as each completes
 class RecordOptions:
     schedule: str = "lockstep"
     check_determinism: int = 1  # record this many times; all must agree bit for bit
-    journal: Path | None = None  # where to journal completed requests (crash-safe resume)
-    resume: bool = False  # continue from the journal of an interrupted run
+
+    def __post_init__(self) -> None:
+        check_schedule(self.schedule)
+        if isinstance(self.check_determinism, bool) or not isinstance(self.check_determinism, int) \
+                or self.check_determinism < 1:
+            raise UsageError("--check-determinism must be >= 1")
 
 
 class NonDeterministicReference(Exception):
     """Repeated recordings of the reference differ: the golden would be worthless."""
 
 
-def jobs_of(plan: Plan) -> list[Job]:
-    return [
-        Job(index=i, id=r.id, group=r.group, branch=r.branch, turn=r.turn, parent=r.parent,
-            max_new_tokens=r.max_new_tokens)
-        for i, r in enumerate(plan.requests)
-    ]
-
-
-async def record_once(client: ServerClient, plan: Plan, *, schedule: str, vocab: int | None,
+async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int | None,
                       progress: Progress | None = None, journal: Journal | None = None,
                       already: dict[int, Completion] | None = None) -> list[Completion]:
     """One recording of the plan; requests in `already` (from a journal) are not sent again."""
     done: dict[int, Completion] = dict(already or {})
-    inputs: dict[int, np.ndarray] = {}
 
     def inputs_for(i: int) -> np.ndarray:
-        if i not in inputs:
-            req = plan.requests[i]
-            if req.parent < 0:
-                head = plan.prefixes[req.group]
-            else:
-                head = np.concatenate([inputs_for(req.parent), done[req.parent].output_ids])
-            inputs[i] = np.concatenate([head, req.new_tokens]).astype(np.int32)
-        return inputs[i]
+        return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
 
-    def on_done(job: Job, completion: Completion) -> None:
-        done[job.index] = completion
+    def on_done(i: int, completion: Completion) -> None:
+        done[i] = completion
         if journal:
-            journal.add(job.index, job.id, completion)
+            journal.add(i, plan.requests[i].id, completion)
         if progress:
-            progress(job.id)
+            progress(plan.requests[i].id)
 
-    remaining = [j for j in jobs_of(plan) if j.index not in done]
+    remaining = [i for i in range(len(plan.requests)) if i not in done]
     if progress:
         for _ in range(len(plan.requests) - len(remaining)):
             progress("resumed")
-    await run_jobs(client, remaining, inputs_for, on_done, schedule=schedule,
-                   top_k=plan.spec.top_k, vocab_size=vocab)
+    await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
+                    top_k=plan.spec.top_k, vocab_size=vocab, only=remaining)
     return [done[i] for i in range(len(plan.requests))]
 
 
-async def record(client: ServerClient, plan: Plan, options: RecordOptions,
-                 progress: Progress | None = None) -> Golden:
-    """Record; the journal (if any) is left in place for the caller to remove once the golden
-    is safely written."""
-    server_info = await client.server_info()
-    model_info = await client.model_info()
-    vocab = vocab_size(model_info, server_info)
-    check_vocab(plan.spec, vocab)
-    journal, already = None, {}
-    if options.journal is not None:
-        header = {"scenario": plan.spec.to_dict(), "model": model_identity(model_info, server_info)}
-        journal, already = Journal.start(options.journal, header, options.resume)
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a recording needs to know about the server before it starts."""
+
+    server_info: dict[str, Any]
+    model_info: dict[str, Any]
+
+    @property
+    def vocab(self) -> int | None:
+        return vocab_size(self.model_info, self.server_info)
+
+    @property
+    def model(self) -> str | None:
+        return model_identity(self.model_info, self.server_info).label
+
+
+async def server_facts(conn: Connection) -> ServerFacts:
+    return ServerFacts(await conn.server_info(), await conn.model_info())
+
+
+async def record(conn: Connection, plan: Plan, options: RecordOptions,
+                 progress: Progress | None = None, *, facts: ServerFacts | None = None,
+                 journal: Journal | None = None,
+                 already: dict[int, Completion] | None = None) -> Golden:
+    """Record the plan into a Golden. With a `journal`, the first recording journals each
+    completed request and skips those in `already` (resumed)."""
+    facts = facts or await server_facts(conn)
+    check_vocab(plan.spec, facts.vocab)
+    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
     runs: list[list[Completion]] = []
-    try:
-        for attempt in range(max(1, options.check_determinism)):
-            if attempt > 0:
-                await client.flush_cache()
-            runs.append(await record_once(
-                client, plan, schedule=options.schedule, vocab=vocab, progress=progress,
-                journal=journal if attempt == 0 else None, already=already if attempt == 0 else None,
-            ))
-    finally:
-        if journal:
-            journal.close()
+    for attempt in range(options.check_determinism):
+        if attempt > 0:
+            await conn.flush_cache()
+        runs.append(await record_once(
+            conn, plan, schedule=options.schedule, vocab=facts.vocab, progress=progress,
+            journal=journal if attempt == 0 else None, already=already if attempt == 0 else None,
+        ))
     differences = determinism_differences(plan, runs)
     if differences:
         raise NonDeterministicReference(
@@ -108,7 +117,8 @@ async def record(client: ServerClient, plan: Plan, options: RecordOptions,
         prefixes=plan.prefixes,
         requests=[_recorded(plan, i, c) for i, c in enumerate(runs[0])],
         sampling=dict(SAMPLING),
-        meta=source_meta(client.url, server_info, model_info, api=client.api.name),
+        meta=source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
+                         flush=conn.api.flush_note),
     )
 
 

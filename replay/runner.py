@@ -12,31 +12,19 @@ caller decides what to keep (replay streams them into the diff and keeps nothing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import numpy as np
 
-from replay.client import ServerClient
+from replay.apis.base import Completion
+from replay.connection import Connection
 from replay.errors import UsageError
-from replay.protocol import Completion
+from replay.tree import TreeNode
 
 SCHEDULES = ("lockstep", "interleave", "dag")
 
-
-@dataclass(frozen=True)
-class Job:
-    index: int
-    id: str
-    group: int
-    branch: int
-    turn: int
-    parent: int  # index of the parent job, -1 for turn 0
-    max_new_tokens: int
-
-
-InputsFor = Callable[[int], np.ndarray]  # job index -> exact input ids (may read parent results)
-OnDone = Callable[[Job, Completion], None]
+InputsFor = Callable[[int], np.ndarray]  # node index -> exact input ids (may read parent results)
+OnDone = Callable[[int, Completion], None]  # (node index, its completion)
 
 
 def check_schedule(name: str) -> str:
@@ -45,50 +33,53 @@ def check_schedule(name: str) -> str:
     return name
 
 
-async def run_jobs(
-    client: ServerClient,
-    jobs: Sequence[Job],
+async def run_nodes(
+    conn: Connection,
+    nodes: Sequence[TreeNode],
     inputs_for: InputsFor,
     on_done: OnDone,
     *,
     schedule: str,
     top_k: int,
     vocab_size: int | None,
+    only: Iterable[int] | None = None,
 ) -> None:
-    """Run every job; the first error cancels the rest and propagates."""
+    """Run every node (or the indices in `only`: the others are already complete); the first
+    error cancels the rest and propagates."""
     check_schedule(schedule)
+    todo = list(range(len(nodes))) if only is None else list(only)
 
-    async def one(job: Job) -> None:
-        path, body = client.api.request(inputs_for(job.index), job.max_new_tokens, top_k)
-        raw = await client.generate(body, job.id, path)
-        completion = client.api.parse(
-            raw, job.id, max_new_tokens=job.max_new_tokens, top_k=top_k, vocab_size=vocab_size
-        )
-        on_done(job, completion)
+    async def one(i: int) -> None:
+        node = nodes[i]
+        completion = await conn.complete(inputs_for(i), node.id, max_new_tokens=node.max_new_tokens,
+                                         top_k=top_k, vocab_size=vocab_size)
+        on_done(i, completion)
 
     if schedule == "dag":
-        await _run_dag(jobs, one)
+        await _run_dag(nodes, todo, one)
         return
-    for turn in sorted({j.turn for j in jobs}):
-        batch = [j for j in jobs if j.turn == turn]
+    for turn in sorted({nodes[i].turn for i in todo}):
+        batch = [i for i in todo if nodes[i].turn == turn]
         if schedule == "interleave":
-            batch.sort(key=lambda j: (j.branch, j.group))
+            batch.sort(key=lambda i: (nodes[i].branch, nodes[i].group))
         else:
-            batch.sort(key=lambda j: (j.group, j.branch))
-        await _gather_all(one(j) for j in batch)
+            batch.sort(key=lambda i: (nodes[i].group, nodes[i].branch))
+        await _gather_all(one(i) for i in batch)
 
 
-async def _run_dag(jobs: Sequence[Job], one: Callable[[Job], Awaitable[None]]) -> None:
-    done: dict[int, asyncio.Event] = {j.index: asyncio.Event() for j in jobs}
+async def _run_dag(nodes: Sequence[TreeNode], todo: list[int],
+                   one: Callable[[int], Awaitable[None]]) -> None:
+    done: dict[int, asyncio.Event] = {i: asyncio.Event() for i in todo}
 
-    async def after_parent(job: Job) -> None:
-        if job.parent in done:  # a parent outside `jobs` (e.g. resumed) is already complete
-            await done[job.parent].wait()
-        await one(job)
-        done[job.index].set()
+    async def after_parent(i: int) -> None:
+        parent = nodes[i].parent
+        if parent in done:  # a parent outside `todo` (e.g. resumed) is already complete
+            await done[parent].wait()
+        await one(i)
+        done[i].set()
 
-    ordered = sorted(jobs, key=lambda j: (j.turn, j.group, j.branch))
-    await _gather_all(after_parent(j) for j in ordered)
+    ordered = sorted(todo, key=lambda i: (nodes[i].turn, nodes[i].group, nodes[i].branch))
+    await _gather_all(after_parent(i) for i in ordered)
 
 
 async def _gather_all(coros) -> None:  # type: ignore[no-untyped-def]

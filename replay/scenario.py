@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from replay.errors import UsageError
+from replay.tree import TreeNode, request_id
 
 
 @dataclass(frozen=True)
@@ -125,25 +126,10 @@ def with_overrides(spec: ScenarioSpec, **overrides: int | None) -> ScenarioSpec:
 
 
 @dataclass(frozen=True)
-class PlannedRequest:
-    id: str
-    group: int
-    branch: int
-    turn: int
-    parent: int  # index into Plan.requests, -1 for turn 0
-    new_tokens: np.ndarray  # int32
-    max_new_tokens: int
-
-
-@dataclass(frozen=True)
 class Plan:
     spec: ScenarioSpec
     prefixes: list[np.ndarray]
-    requests: list[PlannedRequest]  # topological: turn-major, then group, then branch
-
-
-def request_id(group: int, branch: int, turn: int) -> str:
-    return f"g{group}/b{branch}/t{turn}"
+    requests: list[TreeNode]  # topological: turn-major, then group, then branch
 
 
 def build_plan(spec: ScenarioSpec) -> Plan:
@@ -153,7 +139,7 @@ def build_plan(spec: ScenarioSpec) -> Plan:
         return rng.integers(spec.token_lo, spec.token_hi, size=n, dtype=np.int64).astype(np.int32)
 
     prefixes = [draw(spec.prefix_len) for _ in range(spec.groups)]
-    requests: list[PlannedRequest] = []
+    requests: list[TreeNode] = []
     index: dict[tuple[int, int, int], int] = {}
     for turn in range(spec.turns + 1):
         for g in range(spec.groups):
@@ -161,7 +147,7 @@ def build_plan(spec: ScenarioSpec) -> Plan:
                 n_new = spec.suffix_len if turn == 0 else spec.turn_suffix_len
                 parent = -1 if turn == 0 else index[(g, b, turn - 1)]
                 index[(g, b, turn)] = len(requests)
-                requests.append(PlannedRequest(
+                requests.append(TreeNode(
                     id=request_id(g, b, turn), group=g, branch=b, turn=turn, parent=parent,
                     new_tokens=draw(n_new), max_new_tokens=spec.max_new_tokens,
                 ))

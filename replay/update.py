@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from replay import aio
-from replay.client import ClientOptions, ServerClient
+from replay.client import ClientOptions
+from replay.connection import Connection, connect
 from replay.diff import Policy
 from replay.errors import GoldenError
 from replay.golden import Golden
 from replay.golden_compare import compare_goldens
 from replay.golden_store import read_golden, write_golden
-from replay.recorder import NonDeterministicReference, RecordOptions, record
+from replay.recorder import RecordOptions
 from replay.scenario import ScenarioSpec, build_plan
+from replay.session import ServerTarget, record_connected, reference_warnings
 
 UNCHANGED = "unchanged"
 CHANGED = "changed"
@@ -56,22 +58,25 @@ def find_goldens(directory: Path) -> list[Path]:
     return sorted(outermost)
 
 
-def update_goldens(directory: Path, server_url: str, *, options: UpdateOptions = UpdateOptions(),
-                   client_options: ClientOptions | None = None,
+def update_goldens(directory: Path, target: ServerTarget | str, *,
+                   options: UpdateOptions = UpdateOptions(),
+                   client_options: ClientOptions | None = None, api: str = "auto",
                    notify: Notify | None = None) -> list[UpdateResult]:
-    """Re-record every golden in `directory` against `server_url`; one result per golden.
+    """Re-record every golden in `directory` against the target's server; one result per golden.
 
     A golden that cannot be read or re-recorded is an `error` result; the others still run.
     A server that cannot be reached at all raises ServerError before any golden is touched.
     """
     paths = find_goldens(directory)
+    if isinstance(target, str):
+        target = ServerTarget(url=target)
 
-    async def go() -> list[UpdateResult]:
+    async def go(url: str) -> list[UpdateResult]:
         results = []
-        async with ServerClient(server_url, client_options or ClientOptions()) as client:
-            warnings = await reference_warnings(client)
+        async with connect(url, client_options, api, reference=True) as conn:
+            warnings = reference_warnings(await conn.server_info())
             for path in paths:
-                result, new = await update_one(client, path, options)
+                result, new = await update_one(conn, path, options)
                 result.warnings = warnings
                 results.append(result)
                 if notify:
@@ -80,26 +85,17 @@ def update_goldens(directory: Path, server_url: str, *, options: UpdateOptions =
                     replace_golden(result, new, notify)
         return results
 
-    return aio.run(go())
+    with target.serving() as url:
+        return aio.run(go(url))
 
 
-async def reference_warnings(client: ServerClient) -> list[str]:
-    info = await client.server_info()
-    if not info.get("disable_radix_cache", False):
-        return ["the server has its radix cache on; goldens should be recorded with the cache "
-                "disabled (a reference profile such as sglang-reference)"]
-    return []
-
-
-async def update_one(client: ServerClient, path: Path, options: UpdateOptions
+async def update_one(conn: Connection, path: Path, options: UpdateOptions
                      ) -> tuple[UpdateResult, Golden | None]:
     """Re-record and compare one golden; the new recording comes back only when it changed."""
     try:
         old = read_golden(path)
-        new = await rerecord(client, old, options.record)
+        new = await rerecord(conn, old, options.record)
         report = compare_goldens(old, new, str(path), f"{path} (re-recorded)", options.policy)
-    except NonDeterministicReference as exc:
-        return UpdateResult(path, ERROR, error=f"the reference is not deterministic: {exc}"), None
     except GoldenError as exc:
         return UpdateResult(path, ERROR, error=str(exc)), None
     if report["verdict"] == "pass":
@@ -119,7 +115,7 @@ def replace_golden(result: UpdateResult, new: Golden, notify: Notify | None) -> 
     result.written = True
 
 
-async def rerecord(client: ServerClient, old: Golden, options: RecordOptions) -> Golden:
+async def rerecord(conn: Connection, old: Golden, options: RecordOptions) -> Golden:
     """The same scenario (seed, shape, top-k) recorded again: the same tree, fresh outputs."""
     plan = build_plan(ScenarioSpec.from_dict(dict(old.scenario)))
-    return await record(client, plan, options)
+    return await record_connected(conn, plan, options)

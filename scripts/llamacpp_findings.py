@@ -77,6 +77,7 @@ top_k = 3
 seed = 0
 """
 BRANCHING = HISTORY.replace("groups = 3", "groups = 2").replace("branches = 1", "branches = 2")
+SCENARIOS = {"history": HISTORY, "branching": BRANCHING}
 FA_OFF = ("-fa", "off")
 
 
@@ -86,13 +87,14 @@ class Case:
 
     name: str
     model: str  # tiny model name; its ASCII variant is used
-    scenario: str  # "history" | "branching"
+    scenario: str  # "history" | "branching" (or another key of the scenarios written to the work folder)
     reference_args: tuple[str, ...] = ()  # appended to llamacpp-reference
     replay_args: tuple[str, ...] = ()  # appended to llamacpp-cached
     api: str = "llamacpp"
     expect: str = "auto"
     replay_cli: tuple[str, ...] = ()  # more `golden replay` options
     concurrency: int = 1  # requests in flight: more than 1 lets llama.cpp batch them together
+    env: tuple[tuple[str, str], ...] = ()  # environment of both servers
 
 
 CASES = [
@@ -241,17 +243,42 @@ def _capture_model(cap: Capture, srv: Any, model: str, gguf: Path) -> None:
     cap.save(f"{model}__erase_enabled", srv, "POST", "/slots/0?action=erase", None)
 
 
+@dataclass(frozen=True)
+class Target:
+    """Which llama-server build runs the cases, and the flags every launch of it gets."""
+
+    name: str
+    binary: Path | None = None  # None: the one scripts/build_llama_server.sh built
+    args: tuple[str, ...] = tuple(THREADS)
+
+
+CPU = Target("cpu")
+
+
 @contextlib.contextmanager
-def serve(profile: str, gguf: Path, extra: tuple[str, ...], log_dir: Path) -> Iterator[tuple[str, str]]:
-    """(url, the server's command line) of a llama-server started from a built-in profile."""
-    os.environ.setdefault("GOLDEN_LLAMA_SERVER", str(probe.find_server()))
+def serve(profile: str, gguf: Path, extra: tuple[str, ...], log_dir: Path,
+          target: Target = CPU, env: tuple[tuple[str, str], ...] = ()) -> Iterator[tuple[str, str]]:
+    """(url, the server's command line) of a llama-server started from a built-in profile, with
+    `env` added to its environment."""
+    binary = target.binary or probe.find_server()
+    settings = {"GOLDEN_LLAMA_SERVER": str(binary), **dict(env)}
+    before = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     prof = load_profile(profile)
-    argv = render(prof, model=str(gguf), port=0, log_dir=log_dir, extra_args=(*THREADS, *extra)).argv
+    args = (*target.args, *extra)
+    argv = render(prof, model=str(gguf), port=0, log_dir=log_dir, extra_args=args).argv
     shown = " ".join(["llama-server", *argv[argv.index("-m"):]]).replace(" --port 0", " --port PORT")
     shown = shown.replace(str(probe.CACHE), "$GOLDEN_LLAMA_CACHE").replace(str(log_dir / "scratch"), "SCRATCH")
-    with launched(prof, model=str(gguf), log_path=log_dir / f"{profile}.log",
-                  extra_args=(*THREADS, *extra)) as url:
-        yield url, shown
+    shown = " ".join([*(f"{k}={v}" for k, v in env), shown])
+    try:
+        with launched(prof, model=str(gguf), log_path=log_dir / f"{profile}.log", extra_args=args) as url:
+            yield url, shown
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def golden(*args: str) -> tuple[int, str]:
@@ -260,13 +287,19 @@ def golden(*args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
-def run_case(case: Case, work: Path, out: Path) -> dict[str, Any]:
+def reference_golden(case: Case, work: Path) -> Path:
+    """Where `case`'s reference recording goes: cases with the same model, scenario and
+    reference flags share one."""
+    flags = "-".join([*(a.lstrip("-") for a in case.reference_args), *(f"{k}-{v}" for k, v in case.env)])
+    return work / f"{case.model}-{case.scenario}-{flags or 'default'}.zarr"
+
+
+def run_case(case: Case, work: Path, out: Path, target: Target = CPU) -> dict[str, Any]:
     gguf = ascii_model(case.model)
     scenario = work / f"{case.scenario}.toml"
-    flags = "-".join(a.lstrip("-") for a in case.reference_args) or "default"
-    ref = work / f"{case.model}-{case.scenario}-{flags}.zarr"
+    ref = reference_golden(case, work)
     result: dict[str, Any] = {"model": gguf.name, "scenario": case.scenario}
-    with serve("llamacpp-reference", gguf, case.reference_args, work) as (url, shown):
+    with serve("llamacpp-reference", gguf, case.reference_args, work, target, case.env) as (url, shown):
         record = ["record", "--server", "URL", "--scenario", f"{case.scenario}.toml", "--out",
                   ref.name, "--api", "llamacpp", "--quiet"]
         result["reference_server"] = shown
@@ -276,15 +309,22 @@ def run_case(case: Case, work: Path, out: Path) -> dict[str, Any]:
                                     else str(ref) if a == ref.name else a for a in record])
             if code != 0:
                 return {**result, "record_exit": code, "record_output": output}
-    report = out / f"{case.name}.json"
+    return {**result, **replay_case(case, ref, out / f"{case.name}.json", work, target)}
+
+
+def replay_case(case: Case, ref: Path, report: Path, work: Path, target: Target = CPU) -> dict[str, Any]:
+    """Replay golden `ref` the way `case` does, against `target`'s cached server; what the
+    report says (server command, verdict, hits, first divergences)."""
+    gguf = ascii_model(case.model)
     replay = ["replay", ref.name, "--server", "URL", "--report", report.name, "--api", case.api,
               "--concurrency", str(case.concurrency), "--expect-cache", case.expect, *case.replay_cli,
               "--quiet"]
-    with serve("llamacpp-cached", gguf, case.replay_args, work) as (url, shown):
-        result["replay_server"] = shown
-        result["replay"] = "golden " + " ".join(replay)
+    with serve("llamacpp-cached", gguf, case.replay_args, work, target, case.env) as (url, shown):
+        result: dict[str, Any] = {"replay_server": shown, "replay": "golden " + " ".join(replay)}
         code, output = golden(*[url if a == "URL" else str(ref) if a == ref.name
                                 else str(report) if a == report.name else a for a in replay])
+    if not report.is_file():
+        return {**result, "exit": code, "replay_output": output.strip()}
     doc = json.loads(report.read_text())
     failed = [r for r in doc["requests"] if not r["passed"]]
     key = (lambda r: f"{r['id']}#{r['repeat']}") if doc["summary"]["repeats"] > 1 else (lambda r: r["id"])
@@ -307,23 +347,30 @@ def refused_original(work: Path) -> dict[str, Any]:
     return {"model": gguf.name, "reference_server": shown, "exit": code, "output": output.strip()}
 
 
-def findings(out: Path, only: list[str]) -> None:
+def write_scenarios(work: Path, out: Path, scenarios: dict[str, str] = SCENARIOS) -> None:
+    for name, text in scenarios.items():
+        (work / f"{name}.toml").write_text(text)
+        (out / f"{name}.toml").write_text(text)
+
+
+def findings(out: Path, only: list[str], target: Target = CPU, cases: list[Case] = CASES,
+             work: Path | None = None) -> None:
+    """Run `cases` (all, or those named in `only`) on `target`; reports and SUMMARY.json in
+    `out`. The reference goldens go to `work` (kept), or to a temporary folder."""
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="golden-findings-") as tmp:
-        work = Path(tmp)
-        for name, text in (("history", HISTORY), ("branching", BRANCHING)):
-            (work / f"{name}.toml").write_text(text)
-            (out / f"{name}.toml").write_text(text)
-        if not only or "original" in only:
+    with contextlib.ExitStack() as stack:
+        if work is None:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="golden-findings-")))
+        work.mkdir(parents=True, exist_ok=True)
+        write_scenarios(work, out)
+        if target == CPU and (not only or "original" in only):
             summary["llama-original-vocabulary"] = refused_original(work)
-        for case in CASES:
+        for case in cases:
             if only and case.name not in only:
                 continue
-            log(f"case {case.name}")
-            summary[case.name] = run_case(case, work, out)
-    for result in summary.values():
-        result.pop("replay_output", None)
+            log(f"case {case.name} on {target.name}")
+            summary[case.name] = run_case(case, work, out, target)
     path = out / "SUMMARY.json"
     old = json.loads(path.read_text()) if only and path.exists() else {}
     path.write_text(json.dumps({**old, **summary}, indent=1) + "\n")

@@ -10,6 +10,10 @@ Everything goes into the cache dir
 * ``tiny-jamba``   JambaForCausalLM hybrid (layer 0 Mamba, layer 1 attention,
                    dense FFN), same tokenizer as tiny-llama.  Exercises
                    ``--ctx-checkpoints`` (hybrid memory cannot be rolled back).
+* ``tiny-llama-hd64`` (only when named) tiny-llama with 64-wide heads (hidden 128,
+                   2 heads / 1 kv head), same tokenizer.  llama.cpp's CUDA flash
+                   attention has no kernel for tiny-llama's 16-wide heads, so this
+                   is the model that exercises it (scripts/h200_llamacpp.sh).
 * ``tiny-mamba2``  Mamba2ForCausalLM, pure recurrent, 2 layers.  Its converter
                    path only takes a SentencePiece ``tokenizer.model`` (a
                    ``tokenizer.json`` would go the GPT-2 path, which refuses any
@@ -185,6 +189,8 @@ def recipe(name: str) -> dict:
               "torch": version("torch").split("+")[0], "llama_src": str(_llama_src())}
     if name == "tiny-llama":
         return {**common, "arch": "LlamaForCausalLM", "tokenizer": "tokenizers-bpe", "config": LLAMA_CFG}
+    if name == "tiny-llama-hd64":
+        return {**common, "arch": "LlamaForCausalLM", "tokenizer": "tokenizers-bpe", "config": LLAMA_HD64_CFG}
     if name == "tiny-jamba":
         return {**common, "arch": "JambaForCausalLM", "tokenizer": "tokenizers-bpe", "config": JAMBA_CFG}
     if name == "tiny-mamba2":
@@ -199,6 +205,9 @@ LLAMA_CFG = dict(
     # a wider init than the default 0.02 so logits are spread out (top-n not near-ties)
     initializer_range=0.15, bos_token_id=1, eos_token_id=2, pad_token_id=None,
 )
+# head_dim 64: a size llama.cpp's CUDA flash-attention kernels support (16 is not)
+LLAMA_HD64_CFG = {**LLAMA_CFG, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 2,
+                  "num_key_value_heads": 1}
 JAMBA_CFG = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.15,
@@ -235,7 +244,7 @@ def build_hf_model(name: str, hf_dir: Path, lines: list[str]) -> None:
         shutil.rmtree(hf_dir)
     hf_dir.mkdir(parents=True)
 
-    if name in ("tiny-llama", "tiny-jamba"):
+    if name in ("tiny-llama", "tiny-llama-hd64", "tiny-jamba"):
         train_bpe_tokenizer(lines, hf_dir)
     else:
         train_spm_tokenizer(lines, hf_dir)
@@ -243,6 +252,9 @@ def build_hf_model(name: str, hf_dir: Path, lines: list[str]) -> None:
     torch.manual_seed(SEED)
     if name == "tiny-llama":
         cfg = transformers.LlamaConfig(vocab_size=VOCAB_SIZE, **LLAMA_CFG)
+        model = transformers.LlamaForCausalLM(cfg)
+    elif name == "tiny-llama-hd64":
+        cfg = transformers.LlamaConfig(vocab_size=VOCAB_SIZE, **LLAMA_HD64_CFG)
         model = transformers.LlamaForCausalLM(cfg)
     elif name == "tiny-jamba":
         cfg = transformers.JambaConfig(vocab_size=VOCAB_SIZE, **JAMBA_CFG)
@@ -299,11 +311,12 @@ def make_model(name: str, force: bool, lines: list[str]) -> Path:
 
 
 MODELS = ["tiny-llama", "tiny-jamba", "tiny-mamba2"]
+OPTIONAL_MODELS = ["tiny-llama-hd64"]  # built only when named
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="*", default=MODELS, help=f"subset of {MODELS}")
+    ap.add_argument("models", nargs="*", default=MODELS, help=f"subset of {MODELS + OPTIONAL_MODELS} (default: {MODELS})")
     ap.add_argument("--force", action="store_true", help="rebuild even when the recipe is unchanged")
     args = ap.parse_args(argv)
 
@@ -314,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = make_corpus()
     failed = 0
     for name in args.models:
-        if name not in MODELS:
-            ap.error(f"unknown model {name!r}; choose from {MODELS}")
+        if name not in MODELS + OPTIONAL_MODELS:
+            ap.error(f"unknown model {name!r}; choose from {MODELS + OPTIONAL_MODELS}")
         try:
             path = make_model(name, args.force, lines)
         except Exception as e:  # keep going: report every model

@@ -23,7 +23,7 @@ shoot() {  # shoot NAME HEIGHT
 import sys
 from pathlib import Path
 from cli.report_cmd import load_report
-from replay.html_report import write_html
+from replay.html import write_html
 write_html(load_report(Path(sys.argv[1])), sys.argv[2])
 PY
     chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \

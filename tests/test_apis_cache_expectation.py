@@ -23,19 +23,30 @@ def test_any_still_catches_an_over_reported_hit():
 
 @pytest.mark.parametrize("suggested", ["none", "any"])
 def test_auto_takes_the_adapters_rule(suggested):
-    info = {"expect_cache_auto": suggested, "page_size": 16}
-    assert auto_expectation(info, {}) == CacheExpectation(suggested)
-    assert parse_expectation("auto", info, {}) == CacheExpectation(suggested)
+    info = {"page_size": 16}
+    assert auto_expectation(info, {}, suggested) == CacheExpectation(suggested)
+    assert parse_expectation("auto", info, {}, suggested) == CacheExpectation(suggested)
 
 
 def test_a_disabled_cache_wins_over_the_adapters_rule():
-    info = {"expect_cache_auto": "any", "disable_radix_cache": True}
-    assert auto_expectation(info, {}) == CacheExpectation("none")
+    info = {"disable_radix_cache": True}
+    assert auto_expectation(info, {}, "any") == CacheExpectation("none")
 
 
 def test_other_suggestions_are_ignored():
-    info = {"expect_cache_auto": "mamba:1", "page_size": 16}
+    assert auto_expectation({"page_size": 16}, {}, "mamba:1") == CacheExpectation("attention", page_size=16)
+
+
+def test_a_server_cannot_inject_the_adapters_rule_through_its_settings():
+    info = {"expect_cache_auto": "none", "page_size": 16}
     assert auto_expectation(info, {}) == CacheExpectation("attention", page_size=16)
+
+
+@pytest.mark.parametrize("name, rule", [("sglang", None), ("llamacpp", "none"), ("openai", "none")])
+def test_each_adapter_states_its_rule_as_a_trait(name, rule):
+    from replay.apis import get_api
+
+    assert get_api(name).expect_cache_auto == rule
 
 
 def test_sglang_servers_are_unchanged():

@@ -21,6 +21,7 @@ from replay.apis import detect_api, get_api
 from replay.apis.llamacpp import LlamaCppApi, gguf_identity
 from replay.bits import fits_float32
 from replay.client import ServerClient
+from replay.connection import Connection
 from replay.errors import MalformedResponse
 from tests.support.stub_server import StubServer
 
@@ -251,8 +252,8 @@ async def _with_server(fake: RecordedLlama, body):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        async with ServerClient(f"http://127.0.0.1:{port}", api=LlamaCppApi()) as client:
-            return await body(client)
+        async with ServerClient(f"http://127.0.0.1:{port}") as client:
+            return await body(Connection(client, LlamaCppApi()))
     finally:
         await runner.cleanup()
 
@@ -261,8 +262,8 @@ def run_against(fake: RecordedLlama, body):
     return asyncio.run(_with_server(fake, body))
 
 
-async def _infos(client):
-    return (await detect_api(client), await client.server_info(), await client.model_info())
+async def _infos(conn):
+    return (await detect_api(conn.client), await conn.server_info(), await conn.model_info())
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -271,8 +272,8 @@ def test_server_and_model_info_from_recorded_answers(model):
     assert name == "llamacpp"  # /server_info is 404, /props answers
     assert info["total_slots"] == 2 and info["n_ctx"] == 4096
     assert info["cache_prompt"] is True and info["disable_radix_cache"] is False
-    assert info["slot_actions"] is True and "erase" in info["flush_cache"]
-    assert info["expect_cache_auto"] == "none"
+    assert info["slot_actions"] is True and "erase" in LlamaCppApi.flush_note
+    assert LlamaCppApi.expect_cache_auto == "none" and "expect_cache_auto" not in info
     assert model_info["model_path"] == f"{model}-f32.gguf"
     assert model_info["model_id"].endswith(f"/{model}-f32.gguf")
     assert model_info["vocab_size"] == VOCAB
@@ -280,18 +281,18 @@ def test_server_and_model_info_from_recorded_answers(model):
 
 def test_server_info_says_when_slots_cannot_be_erased():
     _, info, _ = run_against(RecordedLlama("tiny-llama-ascii", slot_actions=False), _infos)
-    assert info["slot_actions"] is False and info["flush_cache"].startswith("none")
+    assert info["slot_actions"] is False
 
 
 def test_flush_erases_every_slot():
     fake = RecordedLlama("tiny-llama-ascii")
-    run_against(fake, lambda client: client.flush_cache())
+    run_against(fake, lambda conn: conn.flush_cache())
     assert fake.erased == ["0", "1"]
 
 
 def test_flush_without_slot_actions_erases_nothing_and_does_not_fail():
     fake = RecordedLlama("tiny-llama-ascii", slot_actions=False)
-    run_against(fake, lambda client: client.flush_cache())
+    run_against(fake, lambda conn: conn.flush_cache())
     assert fake.erased == ["0"]  # asked once, refused with 501: nothing more to try
 
 

@@ -21,6 +21,7 @@ from replay.apis import get_api
 from replay.apis.llamacpp import LlamaCppApi
 from replay.apis.openai import OpenAIApi
 from replay.client import ServerClient
+from replay.connection import Connection
 from replay.errors import MalformedResponse
 
 DATA = Path(__file__).parent / "data" / "apis"
@@ -177,10 +178,11 @@ def test_classic_shape_malformed(tokens, values, tops, message):
 
 async def _infos(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     api = OpenAIApi()
-    async with ServerClient(url, api=api) as client:
-        info = await client.server_info()
-        model = await client.model_info()
-        await client.flush_cache()
+    async with ServerClient(url) as client:
+        conn = Connection(client, api)
+        info = await conn.server_info()
+        model = await conn.model_info()
+        await conn.flush_cache()
         return info, model, api.request(np.array([1]), 1, 1)[1]
 
 
@@ -204,7 +206,7 @@ def test_info_from_recorded_v1_models():
             await runner.cleanup()
 
     info, model, body = asyncio.run(go())
-    assert info["expect_cache_auto"] == "none" and info["flush_cache"].startswith("none")
+    assert "expect_cache_auto" not in info and OpenAIApi.flush_note.startswith("none")
     assert info["served_models"] == [json.loads(text)["data"][0]["id"]]
     assert model["model_path"] == "tiny-llama-ascii-f32.gguf" and model["vocab_size"] == VOCAB
     assert body["model"] == json.loads(text)["data"][0]["id"]  # learned from /v1/models

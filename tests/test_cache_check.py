@@ -63,3 +63,35 @@ def test_mamba_interval_can_be_given():
 def test_invalid_expectations_are_refused(text):
     with pytest.raises(UsageError):
         parse_expectation(text, {}, {})
+
+
+def test_auto_trusts_sglangs_own_hybrid_detection_over_the_name():
+    info = {"page_size": 128, "mamba_track_interval": 128, "uses_mamba_radix_cache": True,
+            "mamba_radix_cache_strategy": "extra_buffer", "model_path": "/models/plain-name"}
+    assert str(parse_expectation("auto", info, {})) == "mamba:128"
+
+
+def test_auto_is_attention_when_sglang_says_the_model_is_not_hybrid():
+    info = {"page_size": 128, "mamba_track_interval": 256, "uses_mamba_radix_cache": False,
+            "model_path": "org/some-hybrid-sounding-name"}
+    assert str(parse_expectation("auto", info, {})) == "attention(page=128)"
+
+
+def test_auto_asks_only_for_some_reuse_of_a_no_buffer_hybrid():
+    info = {"page_size": 1, "mamba_track_interval": 256, "uses_mamba_radix_cache": True,
+            "mamba_radix_cache_strategy": "no_buffer"}
+    assert str(parse_expectation("auto", info, {})) == "any"
+
+
+@pytest.mark.parametrize("model_info", [
+    {"model_type": "inkling_model"},
+    {"architectures": ["InklingForConditionalGeneration"]},
+    {"architectures": ["KimiLinearForCausalLM"]},
+    {"architectures": ["Qwen3_5MoeForCausalLM"]},
+    {"model_path": "Qwen/Qwen3.5-35B-A3B"},
+    {"architectures": ["Lfm2MoeForCausalLM"]},
+    {"model_type": "gigachat3_5"},
+])
+def test_older_servers_fall_back_to_name_markers_that_know_the_seeds_model(model_info):
+    info = {"page_size": 128, "mamba_track_interval": 128}
+    assert str(parse_expectation("auto", info, model_info)) == "mamba:128"

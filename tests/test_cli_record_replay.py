@@ -283,15 +283,9 @@ def test_replay_of_one_shard_replays_only_its_groups(golden, tmp_path):
     assert {r["id"].split("/")[0] for r in doc["requests"]} == {"g1"}
 
 
-def test_record_update_rerecords_a_directory_and_says_what_changed(golden, tmp_path):
-    import shutil
-    d = tmp_path / "goldens"
-    d.mkdir()
-    shutil.copytree(golden, d / "s.zarr")
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--update", str(d), "-q"])
-    assert res.exit_code == 0, res.output
-    assert "1 golden(s): 0 changed and replaced, 1 unchanged, 0 error(s)" in res.output
+def test_record_has_no_update_option_since_golden_update_does_that(tmp_path):
+    res = runner.invoke(app, ["record", "--server", "http://127.0.0.1:9", "--update", str(tmp_path)])
+    assert res.exit_code == 2 and "No such option: --update" in res.output
 
 
 def test_record_needs_an_output(tmp_path):

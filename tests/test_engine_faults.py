@@ -9,9 +9,11 @@ from dataclasses import replace
 
 import pytest
 
+from replay.engine.engine import LLMEngine
 from replay.engine.faults import FAULTS, Faults
 from replay.engine.server import start_server
-from tests.test_engine_exactness import HICACHE, HIT_B, Out, cold, model, prompts, run_conversation
+from tests.test_engine_exactness import (HICACHE, HIT_B, NEW_A, NEW_B, REFERENCE, Out, cold, model,
+                                         prompts, run_conversation)
 
 # The cache shape under which each fault's path is taken by request B.
 FAULT_OPTIONS = {
@@ -28,12 +30,29 @@ FAULT_OPTIONS = {
 def test_fault_corrupts_the_cache_hit_but_not_cold_requests(fault):
     seqs = run_conversation(replace(FAULT_OPTIONS[fault], fault=fault))
     assert Out.of(seqs["A"]) == cold()["A"] and Out.of(seqs["C"]) == cold()["C"]
-    assert seqs["B"].cached.total == HIT_B
+    assert seqs["B"].reused == HIT_B
     assert Out.of(seqs["B"]) != cold()["B"], f"{fault} left the cache hit exact"
 
 
 def test_every_fault_is_exercised_here():
-    assert set(FAULT_OPTIONS) | {"overreport-cached"} == set(FAULTS)
+    others = {"overreport-cached", "prompt-logprobs-stale-buffer", "split-k-by-extend"}
+    assert set(FAULT_OPTIONS) | others == set(FAULTS)
+
+
+def test_split_k_fault_changes_only_a_request_whose_hit_shortened_its_prefill():
+    """The faulty kernel is a property of the library, on the reference as on the cached server:
+    cold requests agree; B, prefilling 8 tokens after its hit, does not."""
+    fault = "split-k-by-extend"
+    engine = LLMEngine(replace(REFERENCE, fault=fault), model())
+    try:
+        p = prompts()
+        cold_faulty = {name: Out.of(engine.generate(p[name], n, 3))
+                       for name, n in (("A", NEW_A), ("C", 1), ("B", NEW_B))}
+    finally:
+        engine.close()
+    seqs = run_conversation(replace(HICACHE, fault=fault))
+    assert Out.of(seqs["A"]) == cold_faulty["A"] and Out.of(seqs["C"]) == cold_faulty["C"]
+    assert seqs["B"].reused == HIT_B and Out.of(seqs["B"]) != cold_faulty["B"]
 
 
 def test_late_checkpoint_needs_overlap_scheduling():
@@ -68,3 +87,29 @@ def test_overreport_cached_claims_the_whole_prompt_but_computes_exactly():
     assert b["meta_info"]["cached_tokens"] == len(p["B"])  # more than could ever be reused
     assert sum(v for v in b["meta_info"]["cached_tokens_details"].values()) == HIT_B
     assert [lp for lp, _, _ in b["meta_info"]["output_token_logprobs"]] == list(cold()["B"].logprobs)
+
+
+def _prompt_logprobs(engine: LLMEngine, ids: list[int]) -> tuple[list[float], int]:
+    seq = engine.generate(ids, 0, logprob_start_len=0)
+    assert seq.error is None, seq.error
+    return seq.input_logprobs, seq.reused
+
+
+def test_stale_prompt_logprob_buffer_serves_reused_positions_from_the_previous_request():
+    p = prompts()
+    clean = LLMEngine(REFERENCE, model())
+    try:
+        cold_b, _ = _prompt_logprobs(clean, p["B"])
+    finally:
+        clean.close()
+    engine = LLMEngine(replace(HICACHE, fault="prompt-logprobs-stale-buffer"), model())
+    try:
+        engine.generate(p["A"], NEW_A)  # caches A's prompt and output
+        first, _ = _prompt_logprobs(engine, p["C"])  # a cold request: fills the buffer honestly
+        b, cached = _prompt_logprobs(engine, p["B"])  # reuses A's pages despite logprob_start_len 0
+    finally:
+        engine.close()
+    assert cached == HIT_B  # SGLang would have reused nothing
+    assert b[cached:] == cold_b[cached:]  # rows after the reused positions are computed, exact
+    left_behind = (first + [0.0] * cached)[:cached]  # C's rows, then what C never wrote
+    assert b[:cached] == left_behind != cold_b[:cached]

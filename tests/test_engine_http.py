@@ -57,10 +57,29 @@ def test_generate_single_returns_sglang_response_shape(server):
     assert meta["finish_reason"] == {"type": "length", "length": 6}
     assert (meta["prompt_tokens"], meta["completion_tokens"]) == (21, 6)
     assert meta["cached_tokens"] == 0
-    assert meta["cached_tokens_details"] == {"device": 0, "host": 0, "storage": 0}
+    assert meta["cached_tokens_details"] is None  # SGLang: null when nothing was cached
     assert meta["output_token_logprobs"] == [[lp, t, None] for lp, t in zip(reference.logprobs, reference.ids)]
+    assert meta["output_token_logprobs_length"] == 6
     assert [[e[1] for e in row] for row in meta["output_top_logprobs"]] == [list(i) for i, _ in reference.top]
+    assert meta["input_token_logprobs"] == [] and meta["input_top_logprobs"] == []  # start -1
     assert isinstance(meta["id"], str) and meta["e2e_latency"] >= 0
+    assert (meta["num_retractions"], meta["reasoning_tokens"], meta["weight_version"]) == (0, 0, "default")
+    assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": 6}]
+    assert meta["response_sent_to_client_ts"] > 0
+
+
+def test_cached_tokens_details_splits_a_hit_by_tier(server):
+    ids = prompts()["A"] + [11] * 8
+    call(server.url, "/generate", body(ids, 1))
+    meta = json.loads(call(server.url, "/generate", body(ids, 1))[1])["meta_info"]
+    assert meta["cached_tokens"] > 0
+    assert set(meta["cached_tokens_details"]) == {"device", "host"}  # no storage backend attached
+    assert sum(meta["cached_tokens_details"].values()) == meta["cached_tokens"]
+
+
+def test_generate_ignores_a_top_level_field_sglang_does_not_know(server):
+    status, text = call(server.url, "/generate", {**body([1, 2, 3]), "my_client_tag": 7})
+    assert status == 200 and len(json.loads(text)["output_ids"]) == 2
 
 
 def test_generate_batched_returns_a_list_in_submission_order(server):
@@ -80,21 +99,35 @@ def test_generate_batched_returns_a_list_in_submission_order(server):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"sampling_params": {"temperature": 0.7}}, "temperature"),
-    ({"logprob_start_len": 0}, "logprob_start_len"),
     ({"stream": True}, "stream"),
-    ({"sampling_params": {"top_p": 0.9}}, "top_p"),
+    ({"text": "hello"}, "text"),
+    ({"sampling_params": {"stop": ["x"]}}, "stop"),
+    ({"sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty"),
+    ({"sampling_params": {"no_such_key": 1}}, "unknown field `no_such_key`"),
+    ({"sampling_params": {"temperature": -1}}, "temperature"),
+    ({"sampling_params": {"top_p": 0}}, "top_p"),
+    ({"sampling_params": {"top_k": 0}}, "top_k"),
+    ({"sampling_params": {"min_p": 2}}, "min_p"),
+    ({"sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
+    ({"logprob_start_len": 3}, "logprob_start_len"),
+    ({"logprob_start_len": -2}, "logprob_start_len"),
     ({"input_ids": [1, 4096]}, "token ids"),
     ({"input_ids": [-1]}, "token ids"),
     ({"input_ids": []}, "input_ids"),
-    ({"sampling_params": {"max_new_tokens": 0}}, "max_new_tokens"),
     ({"top_logprobs_num": -1}, "top_logprobs_num"),
     ({"input_ids": [[1, 2], [3]], "sampling_params": [{"max_new_tokens": 1}]}, "entries"),
 ])
 def test_generate_rejects_what_the_engine_cannot_honour(server, bad, message):
     status, text = call(server.url, "/generate", {**body([1, 2, 3]), **bad})
     assert status == 400
-    assert message in json.loads(text)["error"]["message"]
+    assert message in json.loads(text)["error"]  # SGLang's contract gate: {"error": "<text>"}
+
+
+def test_generate_accepts_neutral_penalties(server):
+    neutral = {"frequency_penalty": 0.0, "presence_penalty": 0, "repetition_penalty": 1.0,
+               "min_new_tokens": 0, "n": 1, "temperature": 0, "max_new_tokens": 2}
+    status, text = call(server.url, "/generate", {**body([1, 2, 3]), "sampling_params": neutral})
+    assert status == 200 and len(json.loads(text)["output_ids"]) == 2
 
 
 def test_generate_rejects_a_body_that_is_not_json(server):

@@ -15,15 +15,19 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+
+from cli.options import exits_cleanly
 from typer.testing import CliRunner
 
 from cli.report_cmd import report as report_command
-from replay.html_report import cache_granularity, render_html, write_html
+from replay.html import render_html, write_html
+from replay.html.histogram import cache_granularity
 from replay.report import SCHEMA, report_dict
 
 DATA = Path(__file__).parent / "data" / "reports"
@@ -380,6 +384,14 @@ def test_page_references_nothing_outside_itself(name):
     assert csp and "default-src &#x27;none&#x27;" in csp[1]
 
 
+def test_page_inlines_the_stylesheet_and_script_shipped_as_package_data():
+    """report.css and report.js are package data; the page carries them whole, loads neither."""
+    s = scan(render_html(sample("passing")))
+    shipped = files("replay.html")
+    assert s.style_text == ["\n" + shipped.joinpath("report.css").read_text(encoding="utf-8")]
+    assert s.script_text == ["\n" + shipped.joinpath("report.js").read_text(encoding="utf-8")]
+
+
 def test_external_reference_scan_is_not_blind():
     """The static scan above would notice each way a page can fetch."""
     page = ('<link rel="stylesheet" href="https://cdn.example/x.css"><img src="x.png">'
@@ -407,7 +419,7 @@ def cli_app() -> typer.Typer:
     """The command as cli/main.py registers it (a callback keeps `report` a subcommand)."""
     app = typer.Typer(add_completion=False)
     app.callback()(lambda: None)
-    app.command("report")(report_command)
+    app.command("report")(exits_cleanly(report_command))
     return app
 
 

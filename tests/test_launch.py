@@ -15,51 +15,60 @@ import pytest
 from replay.client import ServerClient
 from replay.errors import ServerError, UsageError
 from replay.launch import (
-    builtin_profile_names, group_members, http_status, launched, load_profile, parse_profile,
+    attention_choice, builtin_profile_names, http_status, launched, load_profile, parse_profile,
     render, server_for,
 )
+from replay.process_group import group_members
 from tests.data.fake_servers.helpers import fake_profile
 
 PY = sys.executable
 SG = [PY, "-m", "sglang.launch_server", "--model-path", "/models/M", "--host", "127.0.0.1",
       "--port", "30000"]
-HICACHE_SHAPE = ["--page-size", "128", "--mamba-track-interval", "128", "--max-total-tokens", "4096",
-                 "--enable-hierarchical-cache"]
+PINNED = ["--attention-backend", "fa4", "--page-size", "128", "--chunked-prefill-size", "2048"]
+SEED_SHAPE = PINNED + [
+    "--mamba-track-interval", "128", "--max-total-tokens", "4096", "--mem-fraction-static", "0.85",
+    "--max-running-requests", "4", "--max-mamba-cache-size", "500",
+    "--enable-hierarchical-cache", "--hicache-ratio", "4"]
+NPU_SHAPE = ["--device", "npu", "--page-size", "128", "--chunked-prefill-size", "2048"]
 
-# The exact command line of every built-in SGLang profile (checked against SGLang 0.5.23's own
-# argument parser when they were written: every flag and choice exists there).
+# The exact command line of every built-in SGLang profile, rendered with --attention-backend fa4
+# (SGLang's own parser and flag resolution check them: tests/test_sglang_profiles.py).
 EXPECTED_SGLANG_ARGV = {
-    "sglang-reference": SG + ["--disable-radix-cache", "--disable-overlap-schedule",
-                              "--enable-deterministic-inference"],
-    "sglang-hicache-seed": SG + HICACHE_SHAPE + [
+    "sglang-reference": SG + PINNED + ["--disable-radix-cache", "--disable-overlap-schedule",
+                                       "--enable-deterministic-inference"],
+    "sglang-hicache-seed": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct", "--enable-deterministic-inference"],
-    "sglang-hicache-write-back": SG + HICACHE_SHAPE + [
+    "sglang-hicache-write-back": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_back", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct", "--enable-deterministic-inference"],
-    "sglang-hicache-kernel-io": SG + HICACHE_SHAPE + [
+    "sglang-hicache-kernel-io": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "kernel",
         "--hicache-mem-layout", "page_first", "--enable-deterministic-inference"],
-    "sglang-hicache-layer-first": SG + HICACHE_SHAPE + [
+    "sglang-hicache-layer-first": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "layer_first", "--enable-deterministic-inference"],
-    "sglang-hicache-file-storage": SG + HICACHE_SHAPE + [
+    "sglang-hicache-file-storage": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct", "--hicache-storage-backend", "file",
         "--hicache-storage-prefetch-policy", "wait_complete", "--enable-deterministic-inference"],
-    "sglang-npu-reference": SG + ["--device", "npu", "--attention-backend", "ascend",
-                                  "--disable-radix-cache", "--disable-overlap-schedule",
-                                  "--enable-deterministic-inference"],
-    "sglang-npu-hicache": SG + ["--device", "npu", "--attention-backend", "ascend"] + HICACHE_SHAPE + [
-        "--hicache-write-policy", "write_through", "--hicache-io-backend", "kernel_ascend",
-        "--hicache-mem-layout", "page_first_direct", "--enable-deterministic-inference"],
+    "sglang-npu-reference": SG + NPU_SHAPE + [
+        "--disable-radix-cache", "--disable-overlap-schedule", "--enable-deterministic-inference"],
+    "sglang-npu-hicache": SG + NPU_SHAPE + [
+        "--mamba-track-interval", "128", "--max-total-tokens", "4096", "--max-running-requests", "4",
+        "--enable-hierarchical-cache", "--hicache-ratio", "4",
+        "--hicache-write-policy", "write_through", "--enable-deterministic-inference"],
 }
+NPU = ["sglang-npu-reference", "sglang-npu-hicache"]
 EMBEDDED = ["reference", "radix", "hicache", "hicache-write-back", "hicache-layer-first",
             "hicache-storage"]
 
 
 def render_builtin(name: str, **kw):
-    return render(load_profile(name), port=30000, log_dir=Path("/logs"), **kw)
+    profile = load_profile(name)
+    if "attention_backend" in profile.accepts:
+        kw.setdefault("attention_backend", "fa4")
+    return render(profile, port=30000, log_dir=Path("/logs"), **kw)
 
 
 # --- profiles ---------------------------------------------------------------------------------
@@ -114,6 +123,44 @@ def test_embedded_sglang_profiles_run_the_sglang_front_end_with_the_same_engine_
 def test_a_fault_is_refused_by_a_profile_that_cannot_inject_it():
     with pytest.raises(UsageError, match="takes no fault"):
         render_builtin("sglang-reference", model="M", fault="host-bf16")
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED_SGLANG_ARGV) - set(NPU)))
+def test_cuda_profiles_pin_the_attention_backend_they_are_given(name):
+    argv = render_builtin(name, model="M", attention_backend="triton").argv
+    assert argv[argv.index("--attention-backend") + 1] == "triton"
+
+
+@pytest.mark.parametrize("name", NPU + ["embedded-hicache", "llamacpp-reference"])
+def test_profiles_without_an_attention_backend_refuse_one(name):
+    with pytest.raises(UsageError, match="takes no --attention-backend"):
+        render(load_profile(name), model="M", port=1, log_dir=Path("/l"), attention_backend="fa3")
+
+
+@pytest.mark.parametrize("name", NPU)
+def test_npu_profiles_leave_attention_io_and_layout_to_device_npu(name):
+    argv = render_builtin(name, model="M").argv
+    assert "--device" in argv and "npu" in argv
+    for forced in ("--attention-backend", "--hicache-io-backend", "--hicache-mem-layout"):
+        assert forced not in argv
+
+
+def test_the_reference_gets_the_replay_profiles_page_and_chunk_size():
+    def value(argv, flag):
+        return argv[argv.index(flag) + 1]
+    reference = render_builtin("sglang-reference", model="M").argv
+    for name in set(EXPECTED_SGLANG_ARGV) - set(NPU) - {"sglang-reference"}:
+        replay = render_builtin(name, model="M").argv
+        for flag in ("--attention-backend", "--page-size", "--chunked-prefill-size"):
+            assert value(replay, flag) == value(reference, flag), (name, flag)
+
+
+def test_the_launcher_announces_the_default_backend_for_the_gpu_it_sees(monkeypatch):
+    said = []
+    monkeypatch.setattr("replay.gpu.visible_gpu", lambda: ((9, 0), "nvidia-smi"))
+    assert attention_choice(load_profile("sglang-reference"), None, said.append) == "fa3"
+    assert said == ["launch profile sglang-reference: attention backend fa3 "
+                    "(default for sm90, seen by nvidia-smi)"]
 
 
 def test_extra_args_are_appended_last_so_they_override():
@@ -255,12 +302,12 @@ def test_embedded_reference_launches_and_answers_health(tmp_path):
 
 async def _generate(url: str, ids: list[int]):
     async with ServerClient(url) as client:
-        return await client.generate({"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}, "x")
+        return await client.post("/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}, "x")
 
 
 async def _server_info(url: str):
     async with ServerClient(url) as client:
-        return await client.server_info()
+        return await client.get_json("/server_info")
 
 
 def _pgid_of_server(url: str) -> int:
@@ -318,3 +365,14 @@ def test_secrets_in_the_command_stay_out_of_the_log_header_and_messages(tmp_path
             pass
     assert "sekrit-123" not in (tmp_path / "s.log").read_text()
     assert "sekrit-123" not in str(info.value)
+
+
+def test_a_profile_names_the_api_whose_adapter_builds_its_warm_up():
+    p = parse_profile('command = ["x"]\napi = "llamacpp"\n', default_name="p", source="p.toml")
+    assert p.api == "llamacpp" and load_profile("llamacpp-cached").api == "llamacpp"
+    assert load_profile("embedded-hicache").api == "sglang"
+
+
+def test_a_profile_with_an_unknown_api_is_refused():
+    with pytest.raises(UsageError, match="unknown --api 'grpc'"):
+        parse_profile('command = ["x"]\napi = "grpc"\n', default_name="p", source="p.toml")

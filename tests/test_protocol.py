@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from replay.errors import MalformedResponse, ServerError
-from replay.protocol import generate_body, parse_completion
+from replay.apis.sglang import generate_body, parse_completion
 
 
 def response(n=3, k=2):

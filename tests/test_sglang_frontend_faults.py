@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from replay.engine.config import get_config
-from replay.engine.detection import judge_fault, profile_for, replay_report
+from replay.detection import judge_fault, profile_for, replay_report
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
 from replay.golden_store import read_golden

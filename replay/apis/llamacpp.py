@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay.errors import MalformedResponse, ServerError
-from replay.protocol import Completion, token_id
-from replay.protocol import malformed as fail
+from replay.apis.base import Completion, token_id
+from replay.apis.base import malformed as fail
 
 if TYPE_CHECKING:
     from replay.client import ServerClient
@@ -143,6 +143,8 @@ def model_fields(model: dict[str, Any]) -> dict[str, Any]:
 
 class LlamaCppApi:
     name = "llamacpp"
+    expect_cache_auto = "none"  # hit lengths depend on slot assignment: judged only when asked
+    flush_note = FLUSH_NOTE
 
     def __init__(self, *, cache_prompt: bool = True) -> None:
         self.cache_prompt = cache_prompt
@@ -204,9 +206,6 @@ class LlamaCppApi:
             "cache_prompt": self.cache_prompt,
             "disable_radix_cache": not self.cache_prompt,
             "slot_actions": slot_actions,
-            "flush_cache": FLUSH_NOTE if slot_actions else
-            "none: the server runs without --slot-save-path, so no slot can be erased",
-            "expect_cache_auto": "none",
         }
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
@@ -218,9 +217,13 @@ class LlamaCppApi:
             raise MalformedResponse(f"/props: model_path is {path!r}")
         return {"model_path": gguf_identity(path), "model_id": path}
 
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """No storage tier to clear through this API."""
+        return False
+
     async def flush_cache(self, client: "ServerClient") -> None:
         """Erase every slot's cached prompt. Without --slot-save-path the server refuses slot
-        actions: nothing can be erased, and server_info's `flush_cache` says so."""
+        actions: nothing can be erased, and server_info's `slot_actions` says so."""
         slots = (await client.get_json("/props")).get("total_slots")
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise MalformedResponse(f"/props: total_slots is {slots!r}")

@@ -10,8 +10,8 @@ accepted:
 Anything else carries token *text*, from which ids cannot be recovered exactly (two ids may print
 the same text; a byte-fallback piece prints as nothing): such an answer is refused, never guessed.
 
-There is no standard way to empty a server's prefix cache: `flush_cache` does nothing, and
-server_info says so (it lands in every golden and report).
+There is no standard way to empty a server's prefix cache: `flush_cache` does nothing, and the
+adapter's `flush_note` says so (it lands in every golden and report as `meta.flush`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from replay.apis.llamacpp import (
     top_width,
 )
 from replay.errors import MalformedResponse
-from replay.protocol import Completion
+from replay.apis.base import Completion
 
 if TYPE_CHECKING:
     from replay.client import ServerClient
@@ -42,6 +42,8 @@ FLUSH_NOTE = "none: the OpenAI API has no cache flush, so a repeat may start war
 
 class OpenAIApi:
     name = "openai"
+    expect_cache_auto = "none"  # no standard hit report to judge
+    flush_note = FLUSH_NOTE
 
     def __init__(self, *, reference: bool = False) -> None:
         self.reference = reference
@@ -97,7 +99,7 @@ class OpenAIApi:
     async def server_info(self, client: "ServerClient") -> dict[str, Any]:
         models = (await client.get_json("/v1/models")).get("data")
         ids = [m.get("id") for m in models if isinstance(m, dict)] if isinstance(models, list) else []
-        return {"served_models": ids, "flush_cache": FLUSH_NOTE, "expect_cache_auto": "none"}
+        return {"served_models": ids}
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
         model = await first_model(client)
@@ -108,8 +110,12 @@ class OpenAIApi:
         self.model_id = info["model_id"]
         return info
 
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """No storage tier to clear through this API."""
+        return False
+
     async def flush_cache(self, client: "ServerClient") -> None:
-        """No standard endpoint: nothing is flushed (server_info's `flush_cache` says so)."""
+        """No standard endpoint: nothing is flushed (the adapter's `flush_note` says so)."""
 
 
 def _usage(usage: Any, request_id: str) -> tuple[int, int | None]:

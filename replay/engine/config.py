@@ -57,12 +57,6 @@ class ModelConfig:
         """float32 K and V of one token over all attention layers."""
         return self.attn_layers * 2 * self.n_kv_heads * self.head_dim * 4
 
-    @property
-    def ssm_state_bytes(self) -> int:
-        """float32 conv + recurrent state of one sequence over all SSM layers."""
-        per_layer = (self.conv_width - 1) * self.d_inner + self.d_inner * self.d_state
-        return self.ssm_layers * per_layer * 4
-
 
 def _alternating(n_layers: int) -> tuple[str, ...]:
     return tuple("ssm" if i % 2 == 0 else "attn" for i in range(n_layers))

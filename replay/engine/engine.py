@@ -21,9 +21,10 @@ from replay.engine.config import get_config
 from replay.engine.faults import Faults
 from replay.engine.host_tier import make_host_pool
 from replay.engine.kv_pool import KVPool
-from replay.engine.model import ForwardItem, HybridModel, greedy
+from replay.engine.model import ForwardItem, HybridModel
 from replay.engine.options import EngineOptions
 from replay.engine.radix_cache import RadixCache
+from replay.engine.sampling import GREEDY, Sampler, SamplingParams
 from replay.engine.scheduler import Batch, Scheduler, StepOutput
 from replay.engine.sequence import Sequence
 from replay.engine.storage_tier import FileStorage
@@ -34,31 +35,41 @@ OnStep = Callable[[list[Sequence]], None]
 
 
 class ModelRunner:
-    """Runs one planned batch: gathers past K/V, calls the model, stores new K/V and state."""
+    """Runs one planned batch: gathers past K/V, calls the model, stores new K/V and state, and
+    chooses each request's next token."""
 
-    def __init__(self, model: HybridModel, pool: KVPool) -> None:
+    def __init__(self, model: HybridModel, pool: KVPool, faults: Faults) -> None:
         self.model = model
         self.pool = pool
+        self.faults = faults
+        self.sampler = Sampler()
 
     def run(self, batch: Batch) -> StepOutput:
         items = []
         for chunk in batch.chunks:
             seq = chunk.seq
-            tokens = chunk.tokens if chunk.tokens is not None else [seq.next_input]
+            prefill = chunk.tokens is not None
+            tokens = chunk.tokens if prefill else [seq.next_input]
             items.append(ForwardItem(
                 tokens=torch.tensor(tokens, dtype=torch.int64, device=self.model.device),
                 start=chunk.start,
                 past_kv=self.pool.gather(seq.pages, chunk.start),
                 ssm=seq.ssm,
+                logprob_rows=chunk.logprob_rows,
+                k_splits=self.faults.k_splits(seq.prompt_len - seq.reused) if prefill else 1,
             ))
         results = self.model.forward(items)
-        tokens = []
+        tokens, reported = [], []
         for chunk, result in zip(batch.chunks, results):
-            self.pool.write(chunk.seq.pages, chunk.start, result.new_kv)
-            chunk.seq.ssm = result.ssm
-            chunk.seq.next_input = greedy(result.logprobs)
-            tokens.append(chunk.seq.next_input)
-        return StepOutput(batch, results, tokens)
+            seq = chunk.seq
+            self.pool.write(seq.pages, chunk.start, result.new_kv)
+            seq.ssm = result.ssm
+            token, logprobs = self.sampler.choose(result.logits, result.logprobs, seq.sampling,
+                                                  chunk.end - 1)
+            seq.next_input = token
+            tokens.append(token)
+            reported.append(logprobs)
+        return StepOutput(batch, results, tokens, reported)
 
 
 class EngineBusy(RuntimeError):
@@ -82,7 +93,7 @@ class LLMEngine:
         self.storage: FileStorage | None = None
         self.cache = None if options.disable_radix_cache else self._make_cache()
         hybrid = config.ssm_layers > 0
-        self.runner = ModelRunner(self.model, self.pool)
+        self.runner = ModelRunner(self.model, self.pool, self.faults)
         self.scheduler = Scheduler(
             self.pool, self.cache, empty_ssm=self.model.empty_ssm,
             chunked_prefill_size=options.chunked_prefill_size,
@@ -116,36 +127,44 @@ class LLMEngine:
 
     # -- public API (any thread) ---------------------------------------------------------------
 
-    def check(self, input_ids: list[int], max_new_tokens: int) -> None:
+    def check(self, input_ids: list[int], max_new_tokens: int, logprob_start_len: int = -1) -> None:
         """Raise ValueError (one line) for a request this engine can never serve."""
         c = self.model.config
         if not input_ids:
             raise ValueError("input_ids must not be empty")
         if any(not 0 <= t < c.vocab_size for t in input_ids):
             raise ValueError(f"token ids must be in [0, {c.vocab_size})")
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
+        if max_new_tokens < 0:
+            raise ValueError("max_new_tokens must be >= 0")
+        if not -1 <= logprob_start_len < len(input_ids):
+            raise ValueError(f"logprob_start_len ({logprob_start_len}) must be -1 or below the "
+                             f"prompt length ({len(input_ids)})")
         if len(input_ids) + max_new_tokens > c.max_context:
             raise ValueError(f"prompt + max_new_tokens = {len(input_ids) + max_new_tokens} exceeds "
                              f"the model's context of {c.max_context}")
-        if len(input_ids) + max_new_tokens - 1 > self.options.max_total_tokens:
-            raise ValueError(f"the request needs {len(input_ids) + max_new_tokens - 1} KV tokens, "
+        kv_tokens = len(input_ids) + max(max_new_tokens, 1) - 1
+        if kv_tokens > self.options.max_total_tokens:
+            raise ValueError(f"the request needs {kv_tokens} KV tokens, "
                              f"more than max_total_tokens = {self.options.max_total_tokens}")
 
     def submit(self, input_ids: list[int], max_new_tokens: int, top_logprobs_num: int,
-               on_finish: OnFinish) -> Sequence:
-        """Queue a greedy request; `on_finish(seq)` runs on the engine thread when it is done
-        (seq.error is set if the engine failed)."""
-        self.check(input_ids, max_new_tokens)
-        seq = Sequence(uuid.uuid4().hex, list(input_ids), max_new_tokens, top_logprobs_num)
+               on_finish: OnFinish, *, sampling: SamplingParams = GREEDY,
+               logprob_start_len: int = -1) -> Sequence:
+        """Queue a request (greedy unless `sampling` says otherwise; prompt logprobs from
+        `logprob_start_len` when >= 0); `on_finish(seq)` runs on the engine thread when it is
+        done (seq.error is set if the engine failed)."""
+        self.check(input_ids, max_new_tokens, logprob_start_len)
+        seq = Sequence(uuid.uuid4().hex, list(input_ids), max_new_tokens, top_logprobs_num,
+                       sampling=sampling, logprob_start_len=logprob_start_len)
         self._post("add", seq, on_finish)
         return seq
 
-    def generate(self, input_ids: list[int], max_new_tokens: int,
-                 top_logprobs_num: int = 0) -> Sequence:
+    def generate(self, input_ids: list[int], max_new_tokens: int, top_logprobs_num: int = 0, *,
+                 sampling: SamplingParams = GREEDY, logprob_start_len: int = -1) -> Sequence:
         """Blocking convenience: submit and wait."""
         done = threading.Event()
-        seq = self.submit(input_ids, max_new_tokens, top_logprobs_num, lambda _: done.set())
+        seq = self.submit(input_ids, max_new_tokens, top_logprobs_num, lambda _: done.set(),
+                          sampling=sampling, logprob_start_len=logprob_start_len)
         done.wait()
         return seq
 

@@ -123,6 +123,36 @@ def linear(x: torch.Tensor, w: torch.Tensor, workspace: Workspace) -> torch.Tens
     return out
 
 
+def prefix_sum(a: torch.Tensor) -> torch.Tensor:
+    """Inclusive prefix sums over the last axis by a fixed doubling scan (Hillis-Steele): step d
+    adds element i - d into element i, d = 1, 2, 4, ... The order of additions depends only on the
+    axis length, never on the device or a library's scan kernel (torch.cumsum's does)."""
+    out = a.clone()
+    n = out.shape[-1]
+    shift = 1
+    while shift < n:
+        out = torch.cat([out[..., :shift], out[..., shift:] + out[..., :-shift]], dim=-1)
+        shift *= 2
+    return out
+
+
+def linear_split_k(x: torch.Tensor, w: torch.Tensor, splits: int) -> torch.Tensor:
+    """x [M, K] @ w [K, N] reduced in `splits` contiguous slices of K, each a halving tree, the
+    slice results then added left to right: a split-K GEMM's order. Exact and deterministic, but
+    not the bits of `linear` (another association of the same sum)."""
+    m, k = x.shape
+    bounds = [round(i * k / splits) for i in range(splits + 1)]
+    rows = max(1, (1 << 22) // (k * w.shape[1]))
+    out = []
+    for x_rows in x.split(rows):
+        total = None
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            part = tree_sum_(x_rows[:, lo:hi, None] * w[None, lo:hi, :], 1)
+            total = part if total is None else total + part
+        out.append(total)
+    return torch.cat(out)
+
+
 def _tree_levels(a: torch.Tensor, dim: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (destination, source) view pairs of `tree_sum_(a, dim)`, to replay on new contents."""
     levels = []

@@ -22,7 +22,17 @@ FAULTS: dict[str, str] = {
     "page-first-head-transpose": "page_first host loads read one KV head's block transposed",
     "overreport-cached": "cached_tokens reports the whole prompt whenever anything was reused",
     "conv-state-dropped": "SSM checkpoints keep the recurrent state but lose the conv window",
+    "prompt-logprobs-stale-buffer": "prompt logprobs do not cap prefix reuse; the rows of reused "
+                                    "positions are what the previous request left in the buffer",
+    "split-k-by-extend": "the MLP down projection reduces split-K when a request prefills few "
+                         "tokens, so a cache hit (a short uncached tail) changes the bits",
 }
+
+# split-k-by-extend: a request that prefills fewer tokens than this gets the split-K kernel.
+# Every cold prompt of the committed goldens and of the CI detection scenario is at least this
+# long, so their fault-free references are also what the faulty kernel computes cold.
+SPLIT_K_BELOW = 160
+SPLIT_K_SLICES = 4
 
 
 def check_fault(name: str | None) -> None:
@@ -87,6 +97,26 @@ class Faults:
         if self.active != "overreport-cached" or cached == 0:
             return cached
         return prompt_len
+
+    def caps_prefix_for_prompt_logprobs(self) -> bool:
+        """prompt-logprobs-stale-buffer: vLLM issue 42019 (PR 42245): with prefix caching, a
+        request asking for prompt logprobs still reuses the cached prefix, and the logprob rows of
+        the reused positions, never computed, come from a `torch.empty` buffer: whatever the
+        previous request left there, so prompt_logprobs depend on request order. False when
+        active: the scheduler then reuses past logprob_start_len and copies the stale rows."""
+        return self.active != "prompt-logprobs-stale-buffer"
+
+    def k_splits(self, extend_len: int) -> int:
+        """split-k-by-extend: a GEMM whose reduction split is picked from the problem shape, as
+        cuBLASLt's heuristics do (its plan is keyed on M, N, K; split-K for small M). A cache hit
+        prefills only the uncached tail, so the same prompt reaches the kernel with a smaller M
+        and another summation order (atoma-infer issue 257: cached and cold prefills of one
+        prompt decode differently). Keyed on the request's own extend length, not the batch's
+        M, so that a cold request is computed the same way under any batching: only a cache hit
+        changes the kernel."""
+        if self.active != "split-k-by-extend" or extend_len >= SPLIT_K_BELOW:
+            return 1
+        return SPLIT_K_SLICES
 
     def checkpoint_conv(self, conv: torch.Tensor) -> torch.Tensor:
         """conv-state-dropped: a checkpoint copies the SSM's recurrent state but not its conv

@@ -43,8 +43,6 @@ SSMArrays = list[tuple[np.ndarray, np.ndarray]]  # per SSM layer: (conv, h)
 class HostPool:
     """Slot allocator and SSM store shared by both layouts; subclasses arrange the KV bytes."""
 
-    layout = ""
-
     def __init__(self, capacity: int, page_shape: tuple[int, ...], faults: Faults) -> None:
         self.capacity = capacity
         self.page_shape = page_shape  # [layers, 2, page, heads, dim]
@@ -90,7 +88,6 @@ class HostPool:
 
 
 class LayerFirstHostPool(HostPool):
-    layout = "layer_first"
 
     def __init__(self, capacity: int, page_shape: tuple[int, ...], faults: Faults) -> None:
         super().__init__(capacity, page_shape, faults)
@@ -110,7 +107,6 @@ class LayerFirstHostPool(HostPool):
 
 
 class PageFirstHostPool(HostPool):
-    layout = "page_first"
 
     def __init__(self, capacity: int, page_shape: tuple[int, ...], faults: Faults) -> None:
         super().__init__(capacity, page_shape, faults)

@@ -5,7 +5,10 @@ share a `forward` call and however its tokens are split across calls (with past 
 carried over, as a prefix-cache hit does). It holds because every operation is either row-wise
 (linear layers via `exact.linear`, norms, elementwise math), per item (attention), or a fixed
 sequential recurrence (SSM), and every reduction is a halving tree whose result does not depend on
-zero padding (`exact.tree_sum_`).
+zero padding (`exact.tree_sum_`). An item can ask for the logprobs after each of its last
+`logprob_rows` tokens (prompt logprobs): the same row-wise lm-head and log-softmax, so a prompt
+position scores exactly as a decode step at that position would. `k_splits > 1` exists only for
+the split-k-by-extend fault and deliberately breaks the contract for that item's rows.
 
 Layer: h += mixer(rms_norm(h)); h += mlp(rms_norm(h)), mixer = GQA attention with RoPE or a
 Mamba2-like SSM (causal depthwise conv, silu, per-head gated decay a_t = sigmoid(g_t + bias),
@@ -22,7 +25,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from replay.engine.config import ModelConfig
-from replay.engine.exact import F32, ExactMath, Workspace, linear, tree_sum_
+from replay.engine.exact import F32, ExactMath, Workspace, linear, linear_split_k, tree_sum_
 from replay.engine.weights import AttnWeights, MLPWeights, SSMWeights, make_weights
 
 CPU_CHUNK_ELEMS = 1 << 19  # 2 MiB of products: measured fastest on a 2-core EPYC (L2 512 KiB, L3 32 MiB)
@@ -47,11 +50,15 @@ class ForwardItem:
     start: int  # position of tokens[0] = tokens already processed
     past_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per attn layer: K, V [start, n_kv_heads, head_dim]
     ssm: list[SSMState]  # per ssm layer: state after `start` tokens
+    logprob_rows: int = 1  # trailing new tokens whose next-token logprobs are wanted (prompt logprobs)
+    k_splits: int = 1  # > 1: the MLP down projection of these tokens reduces split-K (a fault)
 
 
 @dataclass
 class ForwardResult:
     logprobs: torch.Tensor  # float32 [vocab]: log-softmax after the last new token
+    logits: torch.Tensor  # float32 [vocab]: the raw logits after the last new token
+    row_logprobs: torch.Tensor  # float32 [logprob_rows, vocab]: log-softmax after each wanted token
     new_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per attn layer: K, V [T, n_kv_heads, head_dim]
     ssm: list[SSMState]  # per ssm layer: state after start + T tokens
 
@@ -168,12 +175,17 @@ class HybridModel:
                     per_item.append(state)
                 ssm_index += 1
             hidden = hidden + mixed
-            hidden = hidden + self._mlp(self._math.rms_norm(hidden, layer.mlp.norm), layer.mlp, workspace)
-        last_rows = torch.tensor([o + n - 1 for o, n in zip(batch.offsets, batch.lengths)], device=self.device)
-        final = self._math.rms_norm(hidden[last_rows], w.final_norm)
-        logprobs = self._math.log_softmax(linear(final, w.lm_head, workspace)).unbind(0)
+            hidden = hidden + self._mlp(self._math.rms_norm(hidden, layer.mlp.norm), layer.mlp, batch, workspace)
+        wanted = [min(item.logprob_rows, n) for item, n in zip(items, batch.lengths)]
+        rows = torch.tensor([r for o, n, k in zip(batch.offsets, batch.lengths, wanted)
+                             for r in range(o + n - k, o + n)], device=self.device)
+        logits = linear(self._math.rms_norm(hidden[rows], w.final_norm), w.lm_head, workspace)
+        logprobs = self._math.log_softmax(logits).split(wanted)
+        logits = logits.split(wanted)
         return [
-            ForwardResult(logprobs=logprobs[i], new_kv=new_kv[i], ssm=new_ssm[i]) for i in range(len(items))
+            ForwardResult(logprobs=logprobs[i][-1], logits=logits[i][-1], row_logprobs=logprobs[i],
+                          new_kv=new_kv[i], ssm=new_ssm[i])
+            for i in range(len(items))
         ]
 
     def _layout(self, items: list[ForwardItem], workspace: Workspace) -> _Batch:
@@ -276,6 +288,8 @@ class HybridModel:
         where = f"forward item {index}"
         if item.tokens.dim() != 1 or item.tokens.shape[0] < 1 or item.tokens.dtype != torch.int64:
             raise ValueError(f"{where}: tokens must be a non-empty 1-D int64 tensor")
+        if item.logprob_rows < 1 or item.k_splits < 1:
+            raise ValueError(f"{where}: logprob_rows and k_splits must be >= 1")
         if item.start < 0 or item.start + item.tokens.shape[0] > c.max_context:
             raise ValueError(
                 f"{where}: positions {item.start}..{item.start + item.tokens.shape[0] - 1} "
@@ -297,11 +311,15 @@ class HybridModel:
 
     # ------------------------------------------------------------------ MLP
 
-    def _mlp(self, x: torch.Tensor, w: MLPWeights, workspace: Workspace) -> torch.Tensor:
+    def _mlp(self, x: torch.Tensor, w: MLPWeights, batch: _Batch, workspace: Workspace) -> torch.Tensor:
         gate_up = linear(x, w.gate_up, workspace)
         d_ff = self.config.d_ff
         act = self._math.silu(gate_up[:, :d_ff]).mul_(gate_up[:, d_ff:])
-        return linear(act, w.down, workspace)
+        out = linear(act, w.down, workspace)
+        for item, offset, n in zip(batch.items, batch.offsets, batch.lengths):
+            if item.k_splits > 1:
+                out[offset : offset + n] = linear_split_k(act[offset : offset + n], w.down, item.k_splits)
+        return out
 
     # ------------------------------------------------------------------ attention
 

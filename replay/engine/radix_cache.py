@@ -30,8 +30,20 @@ from replay.engine.host_tier import (
 )
 from replay.engine.kv_pool import KVPool
 from replay.engine.model import SSMState
-from replay.engine.sequence import CachedTokens
 from replay.engine.storage_tier import FileStorage
+
+
+@dataclass
+class CachedTokens:
+    """Prompt tokens reused from the prefix cache, by the tier their pages came from."""
+
+    device: int = 0
+    host: int = 0
+    storage: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.device + self.host + self.storage
 
 
 @dataclass(eq=False)
@@ -114,11 +126,13 @@ class RadixCache:
 
     # -- lookup --------------------------------------------------------------------------------
 
-    def match(self, tokens: list[int]) -> Match:
-        """The longest usable cached prefix of `tokens` short of its last token, locked."""
+    def match(self, tokens: list[int], limit: int | None = None) -> Match:
+        """The longest usable cached prefix of `tokens` short of its last token (and at most
+        `limit` tokens long), locked."""
         p = self.page_size
+        longest = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
         node, path = self.root, []
-        for i in range((len(tokens) - 1) // p):
+        for i in range(max(longest, 0) // p):
             child = node.children.get(tuple(tokens[i * p:(i + 1) * p]))
             if child is None:
                 break

@@ -10,6 +10,10 @@ can be planned while step N is still running (overlap scheduling). Results are t
 step behind: tokens appended, checkpoints recorded, finished requests inserted into the cache.
 Pages for a request's whole life are reserved when it is admitted, so a running request never
 needs preemption.
+
+Prompt logprobs (`logprob_start_len` p >= 0), as SGLang: the reused prefix is capped at p, so
+every position from p on is computed, and each prompt chunk returns the logprobs of its tokens
+from p on; the request collects them as its chunks complete.
 """
 
 from __future__ import annotations
@@ -39,6 +43,17 @@ class Chunk:
     def end(self) -> int:
         return self.start + self.length
 
+    @property
+    def logprob_from(self) -> int:
+        """First position of this chunk whose next-token logprobs the request wants."""
+        if self.tokens is None or not self.seq.wants_prompt_logprobs:
+            return self.end - 1
+        return min(max(self.seq.logprob_start_len, self.start), self.end - 1)
+
+    @property
+    def logprob_rows(self) -> int:
+        return self.end - self.logprob_from
+
 
 @dataclass
 class Batch:
@@ -49,7 +64,8 @@ class Batch:
 class StepOutput:
     batch: Batch
     results: list[ForwardResult]
-    tokens: list[int]  # greedy token after each chunk
+    tokens: list[int]  # the token chosen after each chunk
+    reported: list  # float32 [vocab] per chunk: the logprobs reported for that token
 
 
 class Scheduler:
@@ -69,6 +85,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._late: dict[Sequence, int] = {}  # late-ssm-checkpoint fault: boundary owed
+        self._left_behind: Sequence | None = None  # prompt-logprobs-stale-buffer fault
 
     @property
     def busy(self) -> int:
@@ -115,7 +132,7 @@ class Scheduler:
                 seq.pages = self.pool.allocator.alloc(pages)
                 seq.ssm = self.empty_ssm()
             else:
-                match = self.cache.match(seq.input_ids)
+                match = self.cache.match(seq.input_ids, self._reuse_limit(seq))
                 if not self.cache.can_fit(match, pages - len(match.nodes)):
                     self.cache.unlock(match.last)
                     return
@@ -126,26 +143,64 @@ class Scheduler:
                 seq.cache_node = match.last
                 seq.scheduled = match.length
                 seq.ssm = state if state is not None else self.empty_ssm()
+                self._fill_skipped_prompt_logprobs(seq)
             self.waiting.popleft()
             seq.state = SeqState.PREFILLING
             self.running.append(seq)
 
+    def _reuse_limit(self, seq: Sequence) -> int:
+        """At most this many prompt tokens may come from the cache: never the last one, and with
+        prompt logprobs never a position whose logprobs are wanted (SGLang's max_prefix_len)."""
+        limit = seq.prompt_len - 1
+        if seq.wants_prompt_logprobs and self.faults.caps_prefix_for_prompt_logprobs():
+            limit = min(limit, seq.logprob_start_len)
+        return limit
+
+    def _fill_skipped_prompt_logprobs(self, seq: Sequence) -> None:
+        """prompt-logprobs-stale-buffer: positions reused from the cache past logprob_start_len
+        never run through the model; their logprob rows are whatever the previous prompt-logprob
+        request left in the buffer."""
+        first, last = seq.logprob_start_len, min(seq.scheduled, seq.prompt_len - 1)
+        if not seq.wants_prompt_logprobs or last <= first:
+            return
+        stale = self._left_behind
+        for i in range(last - first):
+            old = i < len(stale.input_logprobs) if stale is not None else False
+            seq.input_logprobs.append(stale.input_logprobs[i] if old else 0.0)
+            if seq.top_logprobs_num > 0:
+                seq.input_top.append(stale.input_top[i] if old and i < len(stale.input_top)
+                                     else ([0] * seq.top_logprobs_num, [0.0] * seq.top_logprobs_num))
+
     # -- results -------------------------------------------------------------------------------
 
     def process(self, output: StepOutput) -> None:
-        for chunk, result, token in zip(output.batch.chunks, output.results, output.tokens):
+        for chunk, result, token, reported in zip(output.batch.chunks, output.results,
+                                                  output.tokens, output.reported):
             seq = chunk.seq
             self._record_checkpoint(seq, chunk, result)
+            if chunk.tokens is not None and seq.wants_prompt_logprobs:
+                self._record_prompt_logprobs(seq, chunk, result)
             if chunk.end < seq.prompt_len:
                 continue  # a prompt chunk before the last: no token yet
-            seq.output_ids.append(token)
-            seq.output_logprobs.append(float(result.logprobs[token]))
-            if seq.top_logprobs_num > 0:
-                seq.output_top.append(top_k(result.logprobs, seq.top_logprobs_num))
+            if seq.max_new_tokens > 0:
+                seq.output_ids.append(token)
+                seq.output_logprobs.append(float(reported[token]))
+                if seq.top_logprobs_num > 0:
+                    seq.output_top.append(top_k(reported, seq.top_logprobs_num))
             if seq.finished:
                 self._finish(seq)
             elif chunk.end == seq.prompt_len and self.cache is not None:
                 self._cache(seq, seq.prompt_len // self.page_size)  # prefix visible to others now
+
+    def _record_prompt_logprobs(self, seq: Sequence, chunk: Chunk, result: ForwardResult) -> None:
+        """Row r of the chunk's logprobs follows position logprob_from + r; it scores the next
+        prompt token (the row after the last prompt token is the output's, not the prompt's)."""
+        for row, position in zip(result.row_logprobs, range(chunk.logprob_from, chunk.end)):
+            if position < seq.logprob_start_len or position + 1 >= seq.prompt_len:
+                continue
+            seq.input_logprobs.append(float(row[seq.input_ids[position + 1]]))
+            if seq.top_logprobs_num > 0:
+                seq.input_top.append(top_k(row, seq.top_logprobs_num))
 
     def _record_checkpoint(self, seq: Sequence, chunk: Chunk, result: ForwardResult) -> None:
         if self.track_interval is None:
@@ -174,6 +229,8 @@ class Scheduler:
             seq.cache_node = None
         self.pool.allocator.free([p for p in seq.pages if p not in seq.tree_pages])
         self._late.pop(seq, None)
+        if seq.wants_prompt_logprobs:
+            self._left_behind = seq
         seq.checkpoints.clear()
         seq.ssm = None
         seq.state = SeqState.FINISHED

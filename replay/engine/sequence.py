@@ -12,9 +12,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from replay.engine.sampling import GREEDY, SamplingParams
+
 if TYPE_CHECKING:
     from replay.engine.model import SSMState
-    from replay.engine.radix_cache import Node
+    from replay.engine.radix_cache import CachedTokens, Node
 
 
 class SeqState(enum.Enum):
@@ -24,25 +26,14 @@ class SeqState(enum.Enum):
     FINISHED = "finished"  # every result processed, pages released
 
 
-@dataclass
-class CachedTokens:
-    """Prompt tokens reused from the prefix cache, by the tier their pages came from."""
-
-    device: int = 0
-    host: int = 0
-    storage: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.device + self.host + self.storage
-
-
 @dataclass(eq=False)
 class Sequence:
     rid: str
     input_ids: list[int]
-    max_new_tokens: int
+    max_new_tokens: int  # 0: prefill only (SGLang's prefill-only request)
     top_logprobs_num: int = 0
+    sampling: SamplingParams = GREEDY
+    logprob_start_len: int = -1  # >= 0: prompt logprobs from here (caps prefix reuse at it)
     state: SeqState = SeqState.WAITING
     error: str | None = None  # set when the engine failed the request
     # Scheduler side.
@@ -50,14 +41,18 @@ class Sequence:
     pages: list[int] = field(default_factory=list)  # page i holds positions [i*P, (i+1)*P)
     tree_pages: set[int] = field(default_factory=set)  # pages the radix cache owns (not ours to free)
     cache_node: Node | None = None  # deepest radix node this sequence locks
-    cached: CachedTokens = field(default_factory=CachedTokens)
+    cached: CachedTokens | None = None  # set by the scheduler when the prompt is admitted
     checkpoints: dict[int, list[SSMState]] = field(default_factory=dict)  # position -> states
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top: list[tuple[list[int], list[float]]] = field(default_factory=list)
+    # Prompt logprobs of positions logprob_start_len + 1 .. prompt_len - 1 (each given the tokens
+    # before it), and their top-k rows, filled as prompt chunks complete.
+    input_logprobs: list[float] = field(default_factory=list)
+    input_top: list[tuple[list[int], list[float]]] = field(default_factory=list)
     # Forward-worker side.
     ssm: list[SSMState] | None = None  # live SSM state after the last computed position
-    next_input: int | None = None  # the greedy token the next decode step feeds
+    next_input: int | None = None  # the sampled token the next decode step feeds
 
     @property
     def prompt_len(self) -> int:
@@ -66,7 +61,7 @@ class Sequence:
     @property
     def total_positions(self) -> int:
         """Positions that ever get KV: the prompt plus every output token but the last."""
-        return self.prompt_len + self.max_new_tokens - 1
+        return self.prompt_len + max(self.max_new_tokens, 1) - 1
 
     @property
     def all_ids(self) -> list[int]:
@@ -75,6 +70,15 @@ class Sequence:
     @property
     def fully_scheduled(self) -> bool:
         return self.scheduled >= self.total_positions
+
+    @property
+    def reused(self) -> int:
+        """Prompt tokens that came from the prefix cache (0 without one)."""
+        return self.cached.total if self.cached is not None else 0
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.logprob_start_len >= 0
 
     @property
     def finished(self) -> bool:

@@ -1,8 +1,11 @@
 """SGLang's HTTP protocol in front of the engine (aiohttp), in-process or blocking.
 
 Only what /work/shared/sglang-protocol.md describes, and strictly: a field SGLang would accept
-but this engine cannot honour (sampling, prompt logprobs, text) is a 400 naming it, never
-silently ignored, because a golden recorded under a misunderstood request is worthless.
+but this engine cannot honour (text, streaming, penalties, stop strings) is a 400 naming it, never
+silently ignored, because a golden recorded under a misunderstood request is worthless. Fields
+SGLang itself does not know are ignored, as SGLang does. Responses carry SGLang 0.5.23's keys
+and shapes (TokenizerManager's meta_info), so clients tested here meet the real shapes; a bad
+request gets SGLang's contract-gate answer, 400 {"error": "<text>"}.
 """
 
 from __future__ import annotations
@@ -21,12 +24,39 @@ from aiohttp import web
 from replay.engine.engine import VERSION, EngineBusy, LLMEngine
 from replay.engine.model import HybridModel
 from replay.engine.options import EngineOptions
+from replay.engine.radix_cache import CachedTokens
+from replay.engine.sampling import GREEDY, SamplingParams
 from replay.engine.sequence import Sequence
 
+# /generate fields this engine honours; SGLang 0.5.23's other GenerateRequest fields are refused
+# unless they hold their default; fields SGLang does not know are ignored, as SGLang does.
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len",
                 "top_logprobs_num", "return_text_in_logprobs")
-SAMPLING_KEYS = ("temperature", "max_new_tokens", "ignore_eos")
+SGLANG_REQUEST_KEYS = frozenset((
+    "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
+    "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_hidden_states",
+    "return_text_in_logprobs", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+    "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
+    "image_data", "mm_hashes", "video_data", "audio_data", "extra_key", "priority", "cache_salt",
+    "require_reasoning", "lora_path", "session_params", "kv_hints", "routing_key",
+    "max_thinking_tokens", "session_id", "custom_logit_processor", "custom_labels",
+    "images_config", "return_prompt_token_ids", "routed_experts_start_len",
+    "return_sampling_mask", "modalities"))
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "sampling_seed", "max_new_tokens",
+                 "ignore_eos")
+# Sampling fields accepted only at the value that changes nothing (e.g. a client that always
+# sends explicit neutral penalties).
+NEUTRAL_SAMPLING = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1,
+                    "min_new_tokens": 0, "n": 1}
+SGLANG_SAMPLING_KEYS = frozenset((
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
+    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
+    "sampling_seed", "custom_params", "beam_width", "watermark", "choice"))
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+WEIGHT_VERSION = "default"  # SGLang's default --weight-version
+STORAGE_BACKEND_CLASSES = {"file": "HiCacheFile"}  # the class name SGLang reports
 
 
 class BadRequest(ValueError):
@@ -39,10 +69,16 @@ class GenerateArgs:
     max_new_tokens: int
     return_logprob: bool
     top_logprobs_num: int
+    sampling: SamplingParams = GREEDY
+    logprob_start_len: int = -1  # -1 unless return_logprob asks for prompt logprobs
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _token_list(value: Any, where: str) -> list[int]:
@@ -52,41 +88,76 @@ def _token_list(value: Any, where: str) -> list[int]:
 
 
 def _per_request(body: dict[str, Any], key: str, n: int, batched: bool, default: Any) -> list[Any]:
-    value = body.get(key, default)
+    value = body.get(key)
+    if value is None:
+        value = default
     if batched and isinstance(value, list):
         if len(value) != n:
             raise BadRequest(f"{key} has {len(value)} entries for {n} requests")
-        return value
+        return [default if v is None else v for v in value]
     return [value] * n
 
 
-def _sampling(params: Any) -> int:
-    """Validate one sampling_params dict; returns max_new_tokens."""
+def _number(params: dict[str, Any], key: str, default: float) -> float:
+    value = params.get(key)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise BadRequest(f"sampling_params.{key} must be a number")
+    return float(value)
+
+
+def _integer(params: dict[str, Any], key: str, default: int | None) -> int | None:
+    value = params.get(key)
+    if value is None:
+        return default
+    if not _is_int(value):
+        raise BadRequest(f"sampling_params.{key} must be an integer")
+    return value
+
+
+def _sampling(params: Any) -> tuple[SamplingParams, int]:
+    """Validate one sampling_params dict; returns the sampling fields and max_new_tokens."""
     params = {} if params is None else params
     if not isinstance(params, dict):
         raise BadRequest("sampling_params must be an object")
-    unknown = sorted(set(params) - set(SAMPLING_KEYS))
+    unknown = sorted(set(params) - SGLANG_SAMPLING_KEYS)
     if unknown:
-        raise BadRequest(f"unsupported sampling_params {', '.join(unknown)} "
-                         f"(the embedded engine takes {', '.join(SAMPLING_KEYS)})")
-    temperature = params.get("temperature", 0)
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature:
-        raise BadRequest("temperature must be 0: the embedded engine decodes greedily")
-    if not isinstance(params.get("ignore_eos", True), bool):
+        raise BadRequest(f"unknown field `{unknown[0]}` in sampling_params")
+    for key in sorted(set(params) - set(SAMPLING_KEYS)):
+        value = params[key]
+        if value is None or (key in NEUTRAL_SAMPLING and _is_number(value)
+                             and value == NEUTRAL_SAMPLING[key]):
+            continue
+        raise BadRequest(f"unsupported sampling_params {key} (the embedded engine takes "
+                         f"{', '.join(SAMPLING_KEYS)}, and {', '.join(NEUTRAL_SAMPLING)} at their "
+                         "neutral values)")
+    if not isinstance(params.get("ignore_eos", True), (bool, type(None))):
         raise BadRequest("ignore_eos must be a boolean")
-    max_new = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-    if not _is_int(max_new) or max_new < 1:
-        raise BadRequest("max_new_tokens must be an integer >= 1")
-    return max_new
+    max_new = _integer(params, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    if max_new < 0:
+        raise BadRequest("max_new_tokens must be an integer >= 0")
+    try:
+        sampling = SamplingParams(
+            temperature=_number(params, "temperature", 1.0),
+            top_p=_number(params, "top_p", 1.0),
+            top_k=_integer(params, "top_k", -1),
+            min_p=_number(params, "min_p", 0.0),
+            sampling_seed=_integer(params, "sampling_seed", None),
+        )
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return sampling, max_new
 
 
 def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
     """The requests in a /generate body and whether it was batched; BadRequest if invalid."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - set(REQUEST_KEYS))
-    if unknown:
-        raise BadRequest(f"unexpected field(s) {', '.join(unknown)} "
+    unsupported = sorted(k for k in set(body) & SGLANG_REQUEST_KEYS - set(REQUEST_KEYS)
+                         if body[k] not in (None, False, [], {}))
+    if unsupported:
+        raise BadRequest(f"unsupported field(s) {', '.join(unsupported)} "
                          f"(the embedded engine takes {', '.join(REQUEST_KEYS)})")
     ids = body.get("input_ids")
     batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
@@ -97,24 +168,37 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
     want_logprob = _per_request(body, "return_logprob", n, batched, False)
     start_len = _per_request(body, "logprob_start_len", n, batched, -1)
     top_num = _per_request(body, "top_logprobs_num", n, batched, 0)
-    if not isinstance(body.get("return_text_in_logprobs", False), bool):
+    if not isinstance(body.get("return_text_in_logprobs", False), (bool, type(None))):
         raise BadRequest("return_text_in_logprobs must be a boolean")
     requests = []
     for i in range(n):
         if not isinstance(want_logprob[i], bool):
             raise BadRequest("return_logprob must be a boolean")
-        if start_len[i] != -1 or isinstance(start_len[i], bool):
-            raise BadRequest("logprob_start_len must be -1: prompt logprobs are not supported "
-                             "(they would force recomputing the prompt and defeat the cache)")
+        if not _is_int(start_len[i]) or start_len[i] < -1:
+            raise BadRequest("logprob_start_len must be an integer >= -1")
         if not _is_int(top_num[i]) or top_num[i] < 0:
             raise BadRequest("top_logprobs_num must be an integer >= 0")
-        requests.append(GenerateArgs(prompts[i], _sampling(sampling[i]), want_logprob[i],
-                                     top_num[i]))
+        params, max_new = _sampling(sampling[i])
+        requests.append(GenerateArgs(prompts[i], max_new, want_logprob[i], top_num[i], params,
+                                     start_len[i] if want_logprob[i] else -1))
     return requests, batched
+
+
+def _contract_error(message: str) -> web.Response:
+    """SGLang's request contract gate answers a bad body with 400 {"error": "<text>"}."""
+    return web.json_response({"error": message}, status=400)
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
+
+
+def _entries(values: list[float | None], ids: list[int]) -> list[list[Any]]:
+    return [[lp, tok, None] for lp, tok in zip(values, ids)]
+
+
+def _top_rows(rows: list[tuple[list[int], list[float]]]) -> list[list[list[Any]]]:
+    return [[[lp, tok, None] for tok, lp in zip(ids, lps)] for ids, lps in rows]
 
 
 class EngineApp:
@@ -138,6 +222,7 @@ class EngineApp:
         r.add_get("/health", self.health)
         r.add_get("/health_generate", self.health_generate)
         r.add_get("/hicache/storage-backend", self.storage_backend)
+        r.add_post("/hicache/storage-backend/clear", self.clear_storage)
         return app
 
     async def _run(self, requests: list[GenerateArgs]) -> list[Sequence]:
@@ -154,7 +239,8 @@ class EngineApp:
 
         for args, future in zip(requests, futures):
             self.engine.submit(args.input_ids, args.max_new_tokens, args.top_logprobs_num,
-                               resolver(future))
+                               resolver(future), sampling=args.sampling,
+                               logprob_start_len=args.logprob_start_len)
         return list(await asyncio.gather(*futures))
 
     async def generate(self, request: web.Request) -> web.Response:
@@ -162,9 +248,9 @@ class EngineApp:
         try:
             requests, batched = parse_generate(await request.json())
             for args in requests:
-                self.engine.check(args.input_ids, args.max_new_tokens)
+                self.engine.check(args.input_ids, args.max_new_tokens, args.logprob_start_len)
         except ValueError as exc:  # BadRequest, the engine's checks, and bad JSON
-            return _error(400, str(exc))
+            return _contract_error(str(exc))
         try:
             seqs = await self._run(requests)
         except RuntimeError as exc:  # shutting down: nothing was run
@@ -177,29 +263,52 @@ class EngineApp:
         return web.json_response(outputs if batched else outputs[0])
 
     def _response(self, seq: Sequence, args: GenerateArgs, latency: float) -> dict[str, Any]:
-        options = self.engine.options
-        cached = self.engine.faults.reported_cached(seq.cached.total, seq.prompt_len)
+        """SGLang 0.5.23's response, key for key (TokenizerManager's meta_info)."""
+        n = len(seq.output_ids)
+        tiers = seq.cached or CachedTokens()
         meta: dict[str, Any] = {
             "id": seq.rid,
             "finish_reason": {"type": "length", "length": seq.max_new_tokens},
             "prompt_tokens": seq.prompt_len,
-            "completion_tokens": len(seq.output_ids),
-            "cached_tokens": cached,
+            "weight_version": WEIGHT_VERSION,
+            "num_retractions": 0,  # pages are reserved at admission: never retracted
         }
-        if options.enable_hierarchical_cache:
-            details: dict[str, Any] = {"device": seq.cached.device, "host": seq.cached.host,
-                                       "storage": seq.cached.storage}
-            if options.hicache_storage_backend:
-                details["storage_backend"] = options.hicache_storage_backend
-            meta["cached_tokens_details"] = details
         if args.return_logprob:
-            meta["output_token_logprobs"] = [
-                [lp, tok, None] for lp, tok in zip(seq.output_logprobs, seq.output_ids)]
+            meta["input_token_logprobs"] = self._input_logprobs(seq)
+            meta["output_token_logprobs"] = _entries(seq.output_logprobs, seq.output_ids)
+            meta["output_token_logprobs_length"] = n
             if args.top_logprobs_num > 0:
-                meta["output_top_logprobs"] = [
-                    [[lp, tok, None] for tok, lp in zip(ids, lps)] for ids, lps in seq.output_top]
+                meta["input_top_logprobs"] = ([None] + _top_rows(seq.input_top)
+                                              if seq.wants_prompt_logprobs else [])
+                meta["output_top_logprobs"] = _top_rows(seq.output_top)
+        meta["reasoning_tokens"] = 0
+        meta["completion_tokens"] = n
+        meta["cached_tokens"] = self.engine.faults.reported_cached(tiers.total, seq.prompt_len)
+        meta["weight_versions"] = [{"version": WEIGHT_VERSION, "start": 0, "end": n}]
+        meta["cached_tokens_details"] = self._cached_details(tiers)
         meta["e2e_latency"] = latency
+        meta["response_sent_to_client_ts"] = time.time()
         return {"text": "", "output_ids": list(seq.output_ids), "meta_info": meta}
+
+    @staticmethod
+    def _input_logprobs(seq: Sequence) -> list[list[Any]]:
+        """[None, id, None] for the first position (nothing before it was scored), then one
+        entry per prompt token after logprob_start_len; [] without prompt logprobs."""
+        if not seq.wants_prompt_logprobs:
+            return []
+        return _entries([None] + seq.input_logprobs, seq.input_ids[seq.logprob_start_len:])
+
+    def _cached_details(self, cached: CachedTokens) -> dict[str, Any] | None:
+        """None when nothing was cached, else the tiers (storage once a backend is attached)."""
+        if cached.total == 0:
+            return None
+        details: dict[str, Any] = {"device": cached.device, "host": cached.host}
+        if self.engine.options.hicache_storage_backend or cached.storage:
+            details["storage"] = cached.storage
+        if self.engine.options.hicache_storage_backend:
+            details["storage_backend"] = STORAGE_BACKEND_CLASSES[
+                self.engine.options.hicache_storage_backend]
+        return details
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         try:
@@ -222,6 +331,9 @@ class EngineApp:
         info.update(
             model_path=model.model_path,
             enable_deterministic_inference=True,
+            # Exact by construction (portable-math.md): the same bits on any device, page size
+            # and prefill chunking, so a numerics-parity check must not hold these against it.
+            numerics_independent_of=["device", "page_size", "chunked_prefill_size"],
             vocab_size=model.config.vocab_size,
             version=VERSION,
             launch_command=self.launch_command,
@@ -238,7 +350,7 @@ class EngineApp:
             "model_path": model.model_path,
             "served_model_name": model.model_path,
             "tokenizer_path": None,
-            "weight_version": "default",
+            "weight_version": WEIGHT_VERSION,
             "load_format": "embedded",
             "model_type": "hybrid",
             "architectures": ["GoldenHybridForCausalLM"],
@@ -254,6 +366,17 @@ class EngineApp:
         if seq.error:
             return web.Response(status=503, text=seq.error)
         return web.Response()
+
+    async def clear_storage(self, request: web.Request) -> web.Response:
+        """POST /hicache/storage-backend/clear. Here L3 pages hang off the radix tree (no lookup
+        by hash), so a flush already empties the tier: clearing is a flush, refused while busy."""
+        if not self.engine.options.hicache_storage_backend:
+            return web.Response(status=400, text="no storage backend is attached\n")
+        try:
+            await asyncio.wrap_future(self.engine.request_flush())
+        except EngineBusy as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(text="Hierarchical cache storage backend cleared.\n")
 
     async def storage_backend(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -16,6 +16,7 @@ from sglang.srt.managers.io_struct import BatchTokenIDOutput
 from sglang.srt.utils.weight_versions import compute_weight_version_spans
 
 from replay.engine.faults import Faults
+from replay.engine.radix_cache import CachedTokens
 from replay.engine.sequence import Sequence
 
 SURROUNDING_PROMPT_TOKENS = 5  # SGLang's INIT_INCREMENTAL_DETOKENIZATION_OFFSET
@@ -64,10 +65,9 @@ class Tracked:
         return produced > 0 and produced % force_interval == 0 and produced > self.sent_tokens
 
 
-def cached_details(seq: Sequence, cached: int, hierarchical: bool,
+def cached_details(tiers: CachedTokens, cached: int, hierarchical: bool,
                    storage_backend: str | None) -> dict[str, Any] | None:
     """SGLang's get_cached_tokens_details: None when nothing was cached."""
-    tiers = seq.cached
     if hierarchical and (tiers.device or tiers.host or tiers.storage):
         details: dict[str, Any] = {"device": tiers.device, "host": tiers.host}
         if tiers.storage or storage_backend:
@@ -128,10 +128,11 @@ class StepOutputBuilder:
             f["prompt_tokens"].append(seq.prompt_len)
             f["reasoning_tokens"].append(0)
             f["completion_tokens"].append(end)
-            cached = self.faults.reported_cached(seq.cached.total, seq.prompt_len)
+            tiers = seq.cached or CachedTokens()
+            cached = self.faults.reported_cached(tiers.total, seq.prompt_len)
             f["cached_tokens"].append(cached)
             f["cached_tokens_details"].append(
-                cached_details(seq, cached, self.hierarchical, self.storage_backend))
+                cached_details(tiers, cached, self.hierarchical, self.storage_backend))
             for name in ("image_tokens", "audio_tokens", "video_tokens"):
                 f[name].append(0)
             f["retraction_counts"].append(0)  # the engine reserves pages up front: never retracts

@@ -45,6 +45,7 @@ from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
 
 from replay.engine.engine import EngineBusy, LLMEngine
 from replay.engine.sequence import Sequence
+from replay.engine.server import STORAGE_BACKEND_CLASSES
 from replay.sglang_frontend.args import engine_options
 from replay.sglang_frontend.model_dir import engine_model
 from replay.sglang_frontend.outputs import StepOutputBuilder, Tracked
@@ -116,7 +117,7 @@ class EngineScheduler:
         self.engine = LLMEngine(self.options, on_step=self._on_step)
         self.builder = StepOutputBuilder(
             self.engine.faults, self.options.enable_hierarchical_cache,
-            type(self.engine.storage).__name__ if self.engine.storage is not None else None,
+            STORAGE_BACKEND_CLASSES.get(self.options.hicache_storage_backend or ""),
             getattr(server_args, "weight_version", None) or "default")
         # SGLang aggregates these phases over ranks (observability/startup_time.py)
         self.startup_time = {"load_weight": time.perf_counter() - built, "kv_cache_allocation": 0.0,

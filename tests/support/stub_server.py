@@ -34,6 +34,9 @@ class StubConfig:
     statuses: list[int] = field(default_factory=list)  # answer these first, one per request
     flush_busy: int = 0  # /flush_cache answers 400 this many times first
     reset: bool = False  # close the connection in the middle of every /generate body
+    extra_model_info: dict[str, Any] = field(default_factory=dict)
+    auth_status: int | None = None  # every endpoint answers this status (e.g. 401)
+    retractions: int = 0  # num_retractions reported for every /generate answer
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -57,6 +60,8 @@ class StubServer:
         self.requests = 0
         self.seen: list[tuple[int, ...]] = []
         self.auth_headers: list[str | None] = []
+        self.flush_queries: list[str] = []
+        self.storage_clears: list[str | None] = []  # the Authorization header of each clear
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -91,6 +96,7 @@ class StubServer:
             "meta_info": {
                 "id": f"stub-{self.requests}", "finish_reason": {"type": "length", "length": max_new},
                 "prompt_tokens": len(ids), "completion_tokens": max_new, "cached_tokens": cached,
+                "num_retractions": self.config.retractions,
                 "cached_tokens_details": {"device": cached, "host": 0},
                 "output_token_logprobs": lps, "output_top_logprobs": tops if k else None,
                 "e2e_latency": 0.0,
@@ -131,9 +137,21 @@ class StubServer:
 
     async def _model_info(self, request: web.Request) -> web.Response:
         return web.json_response({"model_path": self.config.model_path,
-                                  "vocab_size": self.config.vocab_size})
+                                  "vocab_size": self.config.vocab_size,
+                                  **self.config.extra_model_info})
+
+    async def _clear_storage(self, request: web.Request) -> web.Response:
+        self.storage_clears.append(request.headers.get("Authorization"))
+        return web.Response(text="Hierarchical cache storage backend cleared.\n")
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.config.auth_status is not None:
+            return web.json_response({"error": "unauthorized"}, status=self.config.auth_status)
+        return await handler(request)
 
     async def _flush(self, request: web.Request) -> web.Response:
+        self.flush_queries.append(request.query_string)
         if self.config.flush_busy > 0:
             self.config.flush_busy -= 1
             return web.Response(status=400, text="requests still running")
@@ -146,8 +164,9 @@ class StubServer:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            app = web.Application()
+            app = web.Application(middlewares=[self._auth])
             app.router.add_post("/generate", self._generate)
+            app.router.add_post("/hicache/storage-backend/clear", self._clear_storage)
             app.router.add_get("/server_info", self._server_info)
             app.router.add_get("/model_info", self._model_info)
             app.router.add_route("*", "/flush_cache", self._flush)

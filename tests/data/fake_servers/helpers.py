@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from replay.client import ServerClient
-from replay.golden_store import write_golden
-from replay.recorder import RecordOptions, record
+from replay import session
 from replay.scenario import ScenarioSpec, build_plan
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -37,11 +34,6 @@ def fake_profile(directory: Path, script: str, *, name: str | None = None, args:
 
 def record_golden(path: Path, spec: ScenarioSpec = SMALL, config: StubConfig | None = None) -> Path:
     """Record `spec` from an in-process cache-disabled stub into the golden at `path`."""
-
-    async def go():
-        async with ServerClient(stub.url) as client:
-            return await record(client, build_plan(spec), RecordOptions())
-
     with StubServer(config or StubConfig(radix=False)) as stub:
-        golden = asyncio.run(go())
-    return write_golden(golden, path)
+        session.record_golden(build_plan(spec), path, session.ServerTarget(url=stub.url))
+    return path

@@ -13,20 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from replay import aio
-from replay.client import ClientOptions, ServerClient
+from replay.client import ClientOptions
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
 from replay.engine.options import profile_options
 from replay.engine.server import start_server
 from replay.golden import Golden
-from replay.recorder import RecordOptions, record
-from replay.replayer import ReplayOptions, replay
-from replay.report import report_dict
+from replay.replayer import ReplayOptions
 from replay.scenario import ScenarioSpec, build_plan
+from replay.session import ServerTarget, record_in_memory, replay_golden
 
 # The profile a fault needs to be reachable; every other fault runs on `hicache`.
 FAULT_PROFILES = {"write-back-early-evict": "hicache-write-back"}
+# Faults on a path a golden replay never takes: it asks for output logprobs only.
+BEYOND_REPLAY = frozenset({"prompt-logprobs-stale-buffer"})
 CLIENT = ClientOptions(concurrency=16)
 
 
@@ -35,13 +35,10 @@ def profile_for(fault: str | None) -> str:
 
 
 def record_reference(spec: ScenarioSpec, model: HybridModel) -> Golden:
-    async def go() -> Golden:
-        async with ServerClient(server.url, CLIENT) as client:
-            return await record(client, build_plan(spec), RecordOptions())
-
     with start_server(profile_options("reference", model=model.config.name, seed=model.seed),
                       model=model) as server:
-        return aio.run(go())
+        return record_in_memory(build_plan(spec), ServerTarget(url=server.url), client=CLIENT,
+                                api="sglang")
 
 
 def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str | None = None,
@@ -51,13 +48,9 @@ def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str |
     options = profile_options(profile, fault=fault, model=model.config.name, seed=model.seed,
                               **overrides)
 
-    async def go() -> dict[str, Any]:
-        async with ServerClient(server.url, CLIENT) as client:
-            result = await replay(client, golden, "in-memory", ReplayOptions(repeat=repeat))
-        return report_dict(result, golden="in-memory", server=server.url, policy="exact")
-
     with start_server(options, model=model) as server:
-        return aio.run(go())
+        return replay_golden(golden, ServerTarget(url=server.url), ReplayOptions(repeat=repeat),
+                             CLIENT, api="sglang")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""`golden show | verify | diff | scenarios`: look at goldens and scenarios, no server needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from cli.options import PolicyOpt
+
+
+def show(
+    golden_path: Path = typer.Argument(..., metavar="GOLDEN"),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Summarize a golden: scenario, source, and the conversation tree."""
+    from cli import render
+    from replay.golden_store import golden_summary, read_golden
+
+    summary = golden_summary(golden_path)
+    if as_json:
+        render.out.print(json.dumps(summary, indent=1), markup=False)
+        return
+    render.print_whole(render.golden_tree(read_golden(golden_path), str(golden_path)))
+
+
+def verify(golden_path: Path = typer.Argument(..., metavar="GOLDEN")) -> None:
+    """Check a golden's integrity (schema, arrays, checksums). Exit 2 if anything is wrong."""
+    from cli import render
+    from replay.golden_store import verify_golden
+
+    problems = verify_golden(golden_path)
+    if problems:
+        for p in problems:
+            render.err.print(f"error: {golden_path}: {p}", markup=False)
+        raise typer.Exit(2)
+    render.out.print(f"{golden_path}: ok", markup=False)
+
+
+def diff(
+    a: Path = typer.Argument(..., metavar="A"),
+    b: Path = typer.Argument(..., metavar="B"),
+    policy: str = PolicyOpt,
+    report: Path = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
+) -> None:
+    """Compare two goldens of the same scenario by the replay rules (A is the reference)."""
+    from cli import render
+    from replay.diff import Policy
+    from replay.golden_compare import compare_goldens
+    from replay.golden_store import read_golden
+    from replay.report_files import write_reports
+
+    doc = compare_goldens(read_golden(a), read_golden(b), str(a), str(b), Policy.parse(policy))
+    write_reports(doc, report=report)
+    render.print_outcome(doc)
+    raise typer.Exit(0 if doc["verdict"] == "pass" else 1)
+
+
+def scenarios() -> None:
+    """List the built-in scenarios and their parameters."""
+    from cli import render
+
+    render.print_whole(render.scenarios_table())

@@ -1,0 +1,96 @@
+"""`golden replay`: a golden against a server, every token diffed bit for bit (one session call).
+
+Exit codes: 0 pass, 1 fail, 2 error (no verdict); the report files say the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cli.options import (
+    AllowNumericsMismatchOpt,
+    AttentionBackendOpt,
+    AdminApiKeyOpt,
+    AllowModelMismatchOpt,
+    ApiKeyOpt,
+    ApiOpt,
+    ConcurrencyOpt,
+    ExpectCacheOpt,
+    GoldenArg,
+    LaunchOpt,
+    LogDirOpt,
+    ModelOpt,
+    PolicyOpt,
+    QuietOpt,
+    RepeatOpt,
+    RequireTierOpt,
+    ScheduleOpt,
+    ServerArgOpt,
+    ServerOpt,
+    ShardOpt,
+    TimeoutOpt,
+    client_options,
+    progress_bars,
+    replay_options,
+    server_target,
+)
+
+EXIT_CODES = {"pass": 0, "fail": 1}
+
+
+def replay(
+    golden_path: Path = GoldenArg,
+    server: str = ServerOpt,
+    launch: str = LaunchOpt,
+    model: str = ModelOpt,
+    attention_backend: str = AttentionBackendOpt,
+    log_dir: Path = LogDirOpt,
+    server_arg: list[str] = ServerArgOpt,
+    shard: str = ShardOpt,
+    report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
+    junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
+    html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
+    policy: str = PolicyOpt,
+    repeat: int = RepeatOpt,
+    schedule: str = ScheduleOpt,
+    expect_cache: str = ExpectCacheOpt,
+    require_tier: str = RequireTierOpt,
+    allow_model_mismatch: bool = AllowModelMismatchOpt,
+    allow_numerics_mismatch: bool = AllowNumericsMismatchOpt,
+    concurrency: int = ConcurrencyOpt,
+    timeout: float = TimeoutOpt,
+    api: str = ApiOpt,
+    api_key: str = ApiKeyOpt,
+    admin_api_key: str = AdminApiKeyOpt,
+    quiet: bool = QuietOpt,
+) -> None:
+    """Replay a golden against a server and diff every token bit for bit."""
+    from replay.shard import parse_shard
+
+    options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
+                             allow_model_mismatch, allow_numerics_mismatch)
+    copts = client_options(concurrency, timeout, api_key, admin_api_key)
+    if shard is not None:
+        parse_shard(shard)
+    target = server_target(server, launch, model, log_dir, server_arg=server_arg,
+                           attention_backend=attention_backend)
+    raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
+                                       quiet=quiet, report=report, junit=junit, html=html))
+
+
+def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, *, api: str,
+                      shard: str | None, quiet: bool, report: Path | None, junit: Path | None,
+                      html: Path | None) -> int:
+    """Replay, write the report files, print; the exit code. Shared by replay and demo."""
+    from cli import render
+    from replay.report_files import write_reports
+    from replay.session import replay_golden
+
+    doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
+                        progress=progress_bars(quiet))
+    write_reports(doc, report=report, junit=junit, html=html)
+    render.print_outcome(doc)
+    return EXIT_CODES.get(doc["verdict"], 2)

@@ -1,0 +1,59 @@
+"""A connection: the transport (`ServerClient`) and the API adapter that speaks over it.
+
+The one place where a client is opened and its adapter chosen (`connect`), so every entry point
+(record, replay, matrix, update, demo, the pytest plugin, the detection matrix) talks to every
+API the same way. The transport never learns the adapter; the adapter gets the transport as an
+argument for each call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay.apis import resolve_api
+from replay.apis.base import Api, Completion
+from replay.client import ClientOptions, ServerClient
+
+
+@dataclass
+class Connection:
+    client: ServerClient
+    api: Api
+
+    @property
+    def url(self) -> str:
+        return self.client.url
+
+    async def server_info(self) -> dict[str, Any]:
+        return await self.api.server_info(self.client)
+
+    async def model_info(self) -> dict[str, Any]:
+        return await self.api.model_info(self.client)
+
+    async def flush_cache(self) -> None:
+        await self.api.flush_cache(self.client)
+
+    async def clear_storage(self, server_info: dict[str, Any]) -> bool:
+        return await self.api.clear_storage(self.client, server_info)
+
+    async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
+                       top_k: int, vocab_size: int | None) -> Completion:
+        """One generation: the adapter's request, sent, and its answer parsed strictly."""
+        path, body = self.api.request(input_ids, max_new_tokens, top_k)
+        raw = await self.client.post(path, body, request_id)
+        return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                              vocab_size=vocab_size)
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, options: ClientOptions | None = None, api: str = "auto", *,
+                  reference: bool = False) -> AsyncIterator[Connection]:
+    """`async with connect(url, options, api) as conn:`. `api` is an adapter name or `auto`
+    (ask the server); `reference` turns per-request cache switches off (see `get_api`)."""
+    async with ServerClient(url, options) as client:
+        yield Connection(client, await resolve_api(client, api, reference=reference))

@@ -1,0 +1,59 @@
+"""The conversation tree: one node type for every stage, and the one rule for a node's input.
+
+Scenario plans, the runner's schedule, recorded goldens, shards and reports all speak of the
+same nodes (`g{group}/b{branch}/t{turn}`), stored in topological order (a parent always comes
+before its children, `parent` is an index into the same list, -1 for turn 0). A node's input is
+never stored: a turn-0 node's input is its group's shared prefix followed by its new tokens; a
+later turn's input is its parent's input, the parent's output, then its own new tokens
+(`input_ids`). Record and replay both use this function, so the rule exists once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_ID = re.compile(r"^g(\d+)/b(\d+)/t(\d+)$")
+
+
+@dataclass
+class TreeNode:
+    """One request of a conversation tree (without any answer)."""
+
+    id: str  # "g{group}/b{branch}/t{turn}"
+    group: int
+    branch: int
+    turn: int
+    parent: int  # index of the parent node in the same list, -1 for turn 0
+    new_tokens: np.ndarray  # int32: appended after the prefix (turn 0) or parent's input+output
+    max_new_tokens: int
+
+
+def request_id(group: int, branch: int, turn: int) -> str:
+    return f"g{group}/b{branch}/t{turn}"
+
+
+def parse_request_id(text: str) -> tuple[int, int, int] | None:
+    """(group, branch, turn) of an id written by `request_id`, None for anything else."""
+    m = _ID.match(text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def input_ids(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
+              output_of: Callable[[int], np.ndarray], i: int) -> np.ndarray:
+    """The exact input tokens of node i: prefix, then along the chain of ancestors each one's new
+    tokens and output, then node i's own new tokens. `output_of(j)` is node j's output ids (the
+    recorded ones at replay, the live ones while recording)."""
+    chain = [i]
+    while nodes[chain[-1]].parent >= 0:
+        chain.append(nodes[chain[-1]].parent)
+    chain.reverse()
+    parts: list[np.ndarray] = [np.asarray(prefixes[nodes[chain[0]].group])]
+    for j in chain[:-1]:
+        parts.append(nodes[j].new_tokens)
+        parts.append(output_of(j))
+    parts.append(nodes[i].new_tokens)
+    return np.concatenate(parts).astype(np.int32)
