@@ -12,7 +12,7 @@
 # vision-model configs, and the PyPI wheel cannot load beside the CPU torch build).
 #
 # Safe to run again: a second run checks the installed versions and exits (well under a second).
-# The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
+# `--python` prints the venv's interpreter. The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -32,6 +32,10 @@ SGLANG="sglang==0.5.23"
 STAMP="$VENV/.golden-sglang-installed"
 WANT="$SGLANG ${PACKAGES[*]} stub-1"
 
+if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
+    echo "$VPY"
+    exit 0
+fi
 if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
     echo "install_sglang: already installed in $VENV ($(( $(date +%s) - START )) s)"
     exit 0
