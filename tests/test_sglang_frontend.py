@@ -20,11 +20,12 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from replay import aio
-from replay.client import ClientOptions, ServerClient
+from replay.client import ClientOptions
+from replay.connection import Connection, connect
 from replay.errors import ServerError
 from replay.golden_store import read_golden
 from replay.launch import LaunchProfile, launched, load_profile
-from replay.protocol import generate_body, parse_completion
+from replay.apis.sglang import generate_body, parse_completion
 from replay.sglang_frontend.locate import install_hint, sglang_python
 
 pytestmark = pytest.mark.skipif(sglang_python() is None, reason=install_hint())
@@ -81,9 +82,11 @@ def http(url: str, path: str, body: dict | None = None, key: str | None = None) 
 
 
 def client_run(url: str, work, key: str | None = KEY):
+    """`work(connection)` on the client's own SGLang connection."""
     async def go():
-        async with ServerClient(url, ClientOptions(api_key=key, retries=0, flush_wait=60)) as client:
-            return await work(client)
+        options = ClientOptions(api_key=key, retries=0, flush_wait=60)
+        async with connect(url, options, "sglang") as conn:
+            return await work(conn)
     return aio.run(go())
 
 
@@ -151,22 +154,24 @@ def test_an_unknown_sampling_key_is_a_400_from_sglangs_contract_gate(reference):
     body["sampling_params"]["not_a_sampling_key"] = 1
 
     with pytest.raises(ServerError, match="HTTP 400: .*unknown field `not_a_sampling_key`"):
-        client_run(reference, lambda c: c.generate(body, "g0/b0/t0"))
+        client_run(reference, lambda c: c.client.post("/generate", body, "g0/b0/t0"))
 
 
 def test_a_request_without_the_api_key_is_refused(reference):
     status, text = http(reference, "/generate", generate_body([5, 6, 7], 4, 0))
     assert status == 401, text
     with pytest.raises(ServerError, match="HTTP 401"):
-        client_run(reference, lambda c: c.generate(generate_body([5, 6, 7], 4, 0), "r"), key="wrong")
+        client_run(reference, lambda c: c.client.post("/generate", generate_body([5, 6, 7], 4, 0),
+                                                      "r"), key="wrong")
 
 
 def test_a_flush_while_busy_is_refused_and_the_client_waits_it_out(reference):
-    async def work(client: ServerClient):
-        long = asyncio.create_task(client.generate(generate_body([5, 6, 7], LONG, 0), "long"))
+    async def work(conn: Connection):
+        body = generate_body([5, 6, 7], LONG, 0)
+        long = asyncio.create_task(conn.client.post("/generate", body, "long"))
         await asyncio.sleep(0.5)
-        status, text = await client.raw("POST", "/flush_cache", "flush")
-        await client.flush_cache()  # retries through SGLang's 400s until idle
+        status, text = await conn.client.raw("POST", "/flush_cache", "flush")
+        await conn.flush_cache()  # SGLang waits until idle (?timeout=), or the client retries
         return status, text, long.done(), await long
 
     status, text, finished_first, answer = client_run(reference, work)
@@ -176,10 +181,11 @@ def test_a_flush_while_busy_is_refused_and_the_client_waits_it_out(reference):
 
 
 def test_a_deferred_flush_times_out_while_busy(reference):
-    async def work(client: ServerClient):
-        long = asyncio.create_task(client.generate(generate_body([5, 6, 7], LONG, 0), "long"))
+    async def work(conn: Connection):
+        body = generate_body([5, 6, 7], LONG, 0)
+        long = asyncio.create_task(conn.client.post("/generate", body, "long"))
         await asyncio.sleep(0.5)
-        result = await client.raw("POST", "/flush_cache?timeout=0.2", "flush")
+        result = await conn.client.raw("POST", "/flush_cache?timeout=0.2", "flush")
         await long
         return result
 
@@ -187,15 +193,17 @@ def test_a_deferred_flush_times_out_while_busy(reference):
 
 
 def test_an_aborted_request_is_a_server_error_naming_the_abort(reference):
-    async def work(client: ServerClient):
+    async def work(conn: Connection):
         body = generate_body([5, 6, 7], LONG, 0)
-        long = asyncio.create_task(client.generate(body, "long"))
+        long = asyncio.create_task(conn.client.post("/generate", body, "long"))
         await asyncio.sleep(1.0)
-        assert (await client.raw("POST", "/abort_request", "abort", {"abort_all": True}))[0] == 200
+        aborted = await conn.client.raw("POST", "/abort_request", "abort", {"abort_all": True})
+        assert aborted[0] == 200
         return await long
 
     answer = client_run(reference, work)
     assert answer["meta_info"]["finish_reason"]["type"] == "abort"  # SGLang: 200, partial output
     with pytest.raises(ServerError, match=f"the server aborted it after .* of {LONG} tokens"):
         parse_completion(answer, "long", max_new_tokens=LONG, top_k=0)
-    assert client_run(reference, lambda c: c.raw("POST", "/flush_cache?timeout=60", "flush"))[0] == 200
+    flushed = client_run(reference, lambda c: c.client.raw("POST", "/flush_cache?timeout=60", "f"))
+    assert flushed[0] == 200
