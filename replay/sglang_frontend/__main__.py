@@ -19,7 +19,7 @@ from replay.engine.faults import FAULTS
 from replay.engine.options import PROFILES, profile_options
 from replay.sglang_frontend.args import server_argv, server_env
 from replay.sglang_frontend.locate import install_hint, sglang_python
-from replay.sglang_frontend.model_dir import model_path, write_model_dir
+from replay.sglang_frontend.model_dir import ARCHITECTURE, model_path, write_model_dir
 
 REPLAY_ROOT = str(Path(__file__).resolve().parents[2])
 REEXEC_ENV = "_GOLDEN_SGLANG_REEXEC"
@@ -66,6 +66,31 @@ def declare_state_snapshots() -> None:
     mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
 
 
+def register_architecture() -> None:
+    """Register the engine's architecture as a Mamba-hybrid through SGLang's public registry for
+    external hybrid models (`configs/linear_attn_model_registry.py`), with NemotronH's config
+    class: SGLang then treats it as it treats NemotronH (mamba radix cache, extra_buffer)."""
+    from sglang.srt.configs import NemotronHConfig
+    from sglang.srt.configs.linear_attn_model_registry import (
+        LinearAttnModelSpec,
+        register_linear_attn_model,
+    )
+
+    register_linear_attn_model(LinearAttnModelSpec(
+        config_class=NemotronHConfig,
+        backend_class_name="sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend",
+        arch_names=[ARCHITECTURE],
+        uses_mamba_radix_cache=True,
+        support_mamba_cache=True,
+        support_mamba_cache_extra_buffer=True,
+        config_predicate=_is_engine_model,
+    ))
+
+
+def _is_engine_model(config: object) -> bool:
+    return ARCHITECTURE in (getattr(config, "architectures", None) or [])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
@@ -91,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from replay.sglang_frontend.scheduler_process import run_scheduler_process
 
     declare_state_snapshots()
+    register_architecture()
     sglang_args = server_argv(options, model_path(config, options.seed))
     sglang_args += ["--log-level", args.log_level]
     if args.api_key:

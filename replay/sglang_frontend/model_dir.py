@@ -5,10 +5,13 @@ The directory is named like the engine's own model path (`embedded/hybrid-tiny@s
 SGLang is started from its parent, so `/model_info` reports the same `model_path` as the native
 engine and goldens recorded on either are replayable on the other without a model mismatch.
 
-The architecture is NemotronH (Mamba2 + attention, `hybrid_override_pattern` with one letter per
-layer), a hybrid SGLang knows: its own flag resolution then decides `uses_mamba_radix_cache`, as it
-would for a real hybrid model. No weights exist; only the scheduler process computes, with the
-engine's own seeded weights.
+The config is NemotronH's (Mamba2 + attention, `hybrid_override_pattern` with one letter per
+layer: a config class transformers and SGLang load) under the engine's own architecture name,
+`GoldenHybridForCausalLM`, so `/model_info` names the same architecture as the native engine (the
+replay's model-identity check compares them). The launcher registers that architecture with
+SGLang's registry for external hybrid models (`register_linear_attn_model`), so SGLang's own flag
+resolution decides `uses_mamba_radix_cache` as for any hybrid. No weights exist; only the
+scheduler process computes, with the engine's own seeded weights.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from replay.engine.config import ModelConfig
 
+ARCHITECTURE = "GoldenHybridForCausalLM"  # what the engine's own /model_info reports
 ENGINE_KEY = "golden_replay_engine"  # config.json entry naming the engine config and weight seed
 FORMAT = 1  # bump when the files written here change, so stale directories are rewritten
 
@@ -30,7 +34,7 @@ def model_path(config: ModelConfig, seed: int) -> str:
 def hf_config(config: ModelConfig, seed: int) -> dict:
     pattern = "".join("M" if kind == "ssm" else "*" for kind in config.layers)
     return {
-        "architectures": ["NemotronHForCausalLM"],
+        "architectures": [ARCHITECTURE],
         "model_type": "nemotron_h",
         "vocab_size": config.vocab_size,
         "hidden_size": config.d_model,

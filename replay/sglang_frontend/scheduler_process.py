@@ -53,6 +53,9 @@ from replay.sglang_frontend.outputs import StepOutputBuilder, Tracked
 logger = logging.getLogger("golden_replay.sglang_scheduler")
 FORCE_STREAM_INTERVAL = int(os.environ.get("SGLANG_FORCE_STREAM_INTERVAL", "50"))
 POLL_MS = 5  # how often a deferred flush is re-checked while no message arrives
+# What the engine's arithmetic does not depend on (portable math), as its own server reports it;
+# SGLang merges the handshake into /server_info, where the numerics-parity check reads it.
+NUMERICS_INDEPENDENT_OF = ["device", "page_size", "chunked_prefill_size"]
 # Sampling settings that would change a greedy answer. `min_new_tokens` is not among them: it only
 # masks stop tokens, and the engine's model has none (the OpenAI route sends `min_tokens`).
 GREEDY_DEFAULTS = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
@@ -139,6 +142,7 @@ class EngineScheduler:
             "max_req_input_len": min(config.max_context, o.max_total_tokens) - 1,
             "startup_time": self.startup_time,
             "hicache_object_layout": layout,
+            "numerics_independent_of": NUMERICS_INDEPENDENT_OF,
         }
 
     # -- the loop (main thread) ----------------------------------------------------------------
