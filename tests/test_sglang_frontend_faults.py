@@ -1,6 +1,6 @@
-"""Every injected engine fault shows through SGLang's own front end exactly as natively: the
-committed hicache-branching golden replayed with the fault through `embedded-sglang-*` fails on
-the same requests, with the same statuses and divergence positions, as on the engine's own server.
+"""Every injected engine fault shows through SGLang's own front end as natively: the committed
+hicache-branching golden replayed with the fault through `embedded-sglang-*` fails on the same
+requests, with the same cache hits, as on the engine's own server.
 
 One front end per fault (25-90 s to start on 2 cores, plus the replay). Needs SGLang:
 `bash scripts/install_sglang.sh` (scripts/test.sh runs it).
@@ -44,11 +44,10 @@ def golden():
 
 
 def outcome(report: dict) -> list[tuple]:
-    """What a fault looks like, request by request (cache tiers compared where non-zero: SGLang
-    leaves out a zero storage count that the engine's own server writes)."""
-    return [(r["id"], r["status"], r["passed"], r["cached_tokens"], r["first_divergence"],
-             r["token_divergence_position"], r["max_ulp"], r["cache_problem"],
-             {k: v for k, v in (r["cached_tokens_details"] or {}).items() if v})
+    """Which requests a fault breaks, with their cache hits. Where and how far a request diverges
+    is not compared: under write_back, which page an eviction batch corrupts depends on when
+    requests arrive, natively as through SGLang."""
+    return [(r["id"], r["passed"], r["cached_tokens"], r["cache_problem"])
             for r in report["requests"]]
 
 
