@@ -17,6 +17,7 @@ scheduler process computes, with the engine's own seeded weights.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from replay.engine.config import ModelConfig
@@ -86,7 +87,9 @@ def write_model_dir(root: Path, config: ModelConfig, seed: int) -> Path:
         text = json.dumps(content, indent=1) + "\n"
         target = path / name
         if not target.exists() or target.read_text() != text:
-            target.write_text(text)
+            partial = target.with_name(f".{name}.{os.getpid()}")  # concurrent launches: atomic
+            partial.write_text(text)
+            os.replace(partial, target)
     return path
 
 
