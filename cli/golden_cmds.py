@@ -26,11 +26,12 @@ def show(
 
 
 def verify(golden_path: Path = typer.Argument(..., metavar="GOLDEN")) -> None:
-    """Check a golden's integrity (schema, arrays, checksums). Exit 2 if anything is wrong."""
+    """Check a golden's integrity (schema, arrays, checksums) and meaning (a conversation tree of
+    log-probabilities with something to compare). Exit 2 if anything is wrong."""
     from cli import render
-    from replay.golden_store import verify_golden
+    from replay.golden_meaning import verify_meaning
 
-    problems = verify_golden(golden_path)
+    problems = verify_meaning(golden_path)
     if problems:
         for p in problems:
             render.err.print(f"error: {golden_path}: {p}", markup=False)

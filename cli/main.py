@@ -7,19 +7,22 @@ Exit codes: 0 pass, 1 fail (divergence beyond the policy, or a cache expectation
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from cli import (
     engine_cmds,
     golden_cmds,
     matrix_cmd,
+    minimize_cmd,
     profiles_cmd,
     record_cmd,
     replay_cmd,
     report_cmd,
     update_cmd,
 )
-from cli.options import exits_cleanly
+from cli.options import DEBUG_ENV, exits_cleanly
 
 app = typer.Typer(
     help=__doc__,
@@ -28,6 +31,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+@app.callback()
+def main(debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1).")) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
 app.command("record")(exits_cleanly(record_cmd.record))
 app.command("replay")(exits_cleanly(replay_cmd.replay))
@@ -38,6 +47,7 @@ app.command("scenarios")(exits_cleanly(golden_cmds.scenarios))
 app.command("report")(exits_cleanly(report_cmd.report))
 app.command("matrix")(exits_cleanly(matrix_cmd.matrix))
 app.command("update")(exits_cleanly(update_cmd.update))
+app.command("minimize")(exits_cleanly(minimize_cmd.minimize))
 app.add_typer(profiles_cmd.app, name="profiles")
-app.command("serve")(exits_cleanly(engine_cmds.serve))
+app.command("serve")(exits_cleanly(engine_cmds.serve, signals=False))
 app.command("demo")(exits_cleanly(engine_cmds.demo))

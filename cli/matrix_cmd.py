@@ -45,7 +45,7 @@ def matrix(
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
     from replay.matrix import LaunchSettings, matrix_junit, run_matrix
-    from replay.report_files import write_reports
+    from replay.report_files import remove_stale, write_reports
     from replay.shard import parse_shard
 
     options = o.replay_options(policy, schedule, repeat, require_tier, expect_cache,
@@ -55,6 +55,7 @@ def matrix(
         parse_shard(shard)
     settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg),
                               attention_backend=attention_backend)
+    remove_stale(report, junit, html)
     doc = run_matrix(golden_path, launch, options, copts, settings, shard=shard, api=api,
                      progress=o.progress_bars(quiet), notify=o.notify_stderr(quiet))
     write_reports(doc, report=report, junit=junit, html=html,

@@ -7,9 +7,12 @@ whose bodies import the library when they run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,24 +22,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
 
 
-def exits_cleanly(fn: F) -> F:
-    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG)."""
+def exits_cleanly(fn: F, *, signals: bool = True) -> F:
+    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG).
+    With `signals`, SIGTERM and SIGHUP interrupt the command like Ctrl-C (`signals_interrupt`);
+    `golden serve` keeps the default (a server stopped by SIGTERM just ends)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from replay.errors import GoldenError
 
         try:
-            return fn(*args, **kwargs)
+            with signals_interrupt() if signals else contextlib.nullcontext():
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except GoldenError as exc:
             fail(f"error: {exc}")
         except OSError as exc:  # a file or directory the user named cannot be used
-            where = f" {exc.filename}" if exc.filename else ""
-            fail(f"error:{where}: {exc.strerror or exc}")
-        except KeyboardInterrupt:
-            fail("error: interrupted")
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"error: {where}{exc.strerror or exc}")
+        except KeyboardInterrupt as exc:
+            fail(f"error: {interruption(exc)}")
         except Exception as exc:  # a bug or an input nobody foresaw: still no verdict
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -44,6 +50,34 @@ def exits_cleanly(fn: F) -> F:
                  "traceback)")
 
     return wrapper  # type: ignore[return-value]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: handled like Ctrl-C (servers stopped, an error report, exit 2)."""
+
+
+def interruption(exc: KeyboardInterrupt) -> str:
+    return f"interrupted ({exc})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM and SIGHUP raise `Terminated` as Ctrl-C raises
+    KeyboardInterrupt, so every `finally` runs: a launched server is stopped, reports say
+    `error`. (Signal handlers can only be set from the main thread; elsewhere, nothing changes.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def fail(line: str, code: int = 2) -> None:

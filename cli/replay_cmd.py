@@ -19,6 +19,7 @@ from cli.options import (
     ApiOpt,
     ConcurrencyOpt,
     ExpectCacheOpt,
+    FaultOpt,
     GoldenArg,
     LaunchOpt,
     LogDirOpt,
@@ -49,6 +50,7 @@ def replay(
     attention_backend: str = AttentionBackendOpt,
     log_dir: Path = LogDirOpt,
     server_arg: list[str] = ServerArgOpt,
+    fault: str = FaultOpt,
     shard: str = ShardOpt,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
@@ -75,7 +77,7 @@ def replay(
     copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    target = server_target(server, launch, model, log_dir, server_arg=server_arg,
+    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg,
                            attention_backend=attention_backend)
     raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
                                        quiet=quiet, report=report, junit=junit, html=html))
@@ -86,11 +88,20 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                       html: Path | None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
     from cli import render
-    from replay.report_files import write_reports
+    from cli.options import interruption
+    from replay.report import report_dict
+    from replay.report_files import remove_stale, write_reports
     from replay.session import replay_golden
 
-    doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
-                        progress=progress_bars(quiet))
+    remove_stale(report, junit, html)
+    try:
+        doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
+                            progress=progress_bars(quiet))
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
+        doc = report_dict(None, golden=str(golden_path), server=target.label,
+                          policy=str(options.policy), error=interruption(exc))
+        write_reports(doc, report=report, junit=junit, html=html)
+        raise
     write_reports(doc, report=report, junit=junit, html=html)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

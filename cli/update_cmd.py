@@ -25,6 +25,7 @@ def update(
     server_arg: list[str] = o.ServerArgOpt,
     policy: str = typer.Option("exact", "--policy", help="What counts as a change: exact | kl:THRESHOLD | ulp:N."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Compare only; write nothing; exit 1 if anything would change."),
+    allow_model_change: bool = typer.Option(False, "--allow-model-change", help="Re-record goldens even if the server serves another model than they were recorded with."),
     report_dir: Path = typer.Option(None, "--report-dir", help="Write each golden's old-vs-new comparison report here as JSON.", show_default=False),
     check_determinism: int = o.CheckDeterminismOpt,
     schedule: str = o.ScheduleOpt,
@@ -43,6 +44,7 @@ def update(
     from replay.update import UpdateOptions, UpdateResult, find_goldens, update_goldens
 
     options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
+                            allow_model_change=allow_model_change,
                             record=RecordOptions(schedule=schedule, check_determinism=check_determinism))
     copts = o.client_options(concurrency, timeout, api_key)
     target = o.server_target(server, launch, model, log_dir, server_arg=server_arg,

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay.errors import UsageError
+from replay.errors import MalformedResponse, UsageError
 
 # Fallback only, for servers older than 0.5.23 (which report `uses_mamba_radix_cache`): substrings
 # of the lowercased model_type, architectures and model path of hybrid (Mamba / linear-attention)
@@ -123,7 +123,7 @@ def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
     strategy keeps a state only where a request finished (less a replay lag), so only `any`
     reuse can be asked of it.
     """
-    if server_info.get("disable_radix_cache"):
+    if server_flag(server_info, "disable_radix_cache"):
         return CacheExpectation("none")
     if api_default in ("none", "any"):
         return CacheExpectation(api_default)
@@ -141,15 +141,24 @@ def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
 
 def is_hybrid(server_info: dict[str, Any], model_info: dict[str, Any]) -> bool:
     """SGLang's own answer when the server gives one, else the model-name markers."""
-    reported = server_info.get("uses_mamba_radix_cache")
-    if isinstance(reported, bool):
-        return reported
+    if server_info.get("uses_mamba_radix_cache") is not None:
+        return server_flag(server_info, "uses_mamba_radix_cache")
     described = " ".join(
         str(x).lower()
         for x in (model_info.get("model_type"), model_info.get("architectures"),
                   model_info.get("model_path"), server_info.get("model_path"))
     )
     return bool(server_info.get("mamba_track_interval")) and any(m in described for m in HYBRID_MARKERS)
+
+
+def server_flag(server_info: dict[str, Any], key: str) -> bool:
+    """A boolean server setting, read strictly: absent or null is false, true/false are
+    themselves, anything else (the string "false", 0) is a MalformedResponse, because guessing
+    could silently switch a cache check off."""
+    value = server_info.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise MalformedResponse(f"server setting {key} is {str(value)[:40]!r}, not true or false")
 
 
 def _positive(value: Any, default: int) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 from replay.apis import resolve_api
 from replay.apis.base import Api, Completion
 from replay.client import ClientOptions, ServerClient
+from replay.errors import MalformedResponse
 
 
 @dataclass
@@ -43,11 +44,28 @@ class Connection:
 
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None) -> Completion:
-        """One generation: the adapter's request, sent, and its answer parsed strictly."""
+        """One generation: the adapter's request, sent, and its answer parsed strictly. An
+        adapter with a `parse_text` method reads the answer's text itself (typed decoding)."""
         path, body = self.api.request(input_ids, max_new_tokens, top_k)
-        raw = await self.client.post(path, body, request_id)
-        return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
-                              vocab_size=vocab_size)
+        budget = response_budget(len(input_ids), max_new_tokens, top_k)
+        parse_text = getattr(self.api, "parse_text", None)
+        try:
+            if parse_text is not None:
+                text = await self.client.post_text(path, body, request_id, max_bytes=budget)
+                return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                                  vocab_size=vocab_size)
+            raw = await self.client.post(path, body, request_id, max_bytes=budget)
+            return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                                  vocab_size=vocab_size)
+        except MalformedResponse as exc:  # its message may quote what the server sent
+            raise MalformedResponse(self.client.scrub(str(exc))) from None
+
+
+def response_budget(prompt_tokens: int, max_new_tokens: int, top_k: int) -> int:
+    """The most bytes an honest answer to one generation can take, generously: real answers
+    spend 30-300 bytes per (position, candidate) entry (OpenAI's are the longest: token text and
+    bytes); 1 KiB each, 64 bytes per prompt token (echoed tokens) and 1 MiB of slack."""
+    return 2**20 + 64 * prompt_tokens + 1024 * max_new_tokens * (top_k + 1)
 
 
 @contextlib.asynccontextmanager

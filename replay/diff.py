@@ -93,6 +93,9 @@ class RequestDiff:
 
 
 def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDiff:
+    identical = _identical(golden, replay)
+    if identical is not None:
+        return identical
     g_ids, r_ids = golden.output_ids, replay.output_ids
     n = min(len(g_ids), len(r_ids))
     mismatch = np.flatnonzero(g_ids[:n] != r_ids[:n])
@@ -101,8 +104,9 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
     compared = min(n, same_ctx + 1) if token_at >= 0 else n
 
     g_lp, r_lp = golden.logprobs[:compared], replay.logprobs[:compared]
-    ulps = ulp_distance(g_lp, r_lp)
     lp_equal = same_bits(g_lp, r_lp)
+    # identical bits are 0 ULP apart: the distance is worth computing only when some differ
+    ulps = np.zeros(compared, np.int64) if lp_equal.all() else ulp_distance(g_lp, r_lp)
     with np.errstate(invalid="ignore", over="ignore"):
         abs_delta = np.abs(r_lp - g_lp)
         r = r_lp[:same_ctx] - g_lp[:same_ctx]
@@ -127,6 +131,27 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
         abs_delta, ulps = abs_delta[:0], ulps[:0]
     return RequestDiff(status, compared, first, token_position, max_ulp, mean_kl, passed,
                        abs_delta, ulps)
+
+
+def _identical(golden: Outputs, replay: Outputs) -> RequestDiff | None:
+    """The usual verdict in a few whole-array comparisons: every token, logprob bit and top-k
+    entry the same (and no NaN, whose KL term the full path reports). None otherwise."""
+    g_lp, r_lp = golden.logprobs, replay.logprobs
+    if not (np.array_equal(golden.output_ids, replay.output_ids)
+            and np.array_equal(np.asarray(g_lp, np.float64).view(np.uint64),
+                               np.asarray(r_lp, np.float64).view(np.uint64))
+            and not np.isnan(g_lp).any()):
+        return None
+    if (golden.top_ids is None) != (replay.top_ids is None):
+        return None
+    if golden.top_ids is not None and not (
+            np.array_equal(golden.top_ids, replay.top_ids)
+            and np.array_equal(np.asarray(golden.top_logprobs, np.float64).view(np.uint64),
+                               np.asarray(replay.top_logprobs, np.float64).view(np.uint64))):
+        return None
+    empty = np.zeros(0, np.float64)
+    return RequestDiff(IDENTICAL, len(g_lp), None, None, 0, 0.0, True, empty,
+                       np.zeros(0, np.int64))
 
 
 def _passes(policy: Policy, status: str, mean_kl: float, max_ulp: int,

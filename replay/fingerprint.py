@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 from dataclasses import dataclass
@@ -34,12 +35,24 @@ def source_meta(url: str, server_info: dict[str, Any], model_info: dict[str, Any
         "server_url": redact_url(url),
         "api": api,
         "flush": flush,
-        "server_info": redact_secrets(server_info),
-        "model_info": redact_secrets(model_info),
+        "server_info": json_safe(redact_secrets(server_info)),
+        "model_info": json_safe(redact_secrets(model_info)),
         "tool": f"golden-replay {replay.__version__}",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "platform": platform_fingerprint(),
     }
+
+
+def json_safe(value: Any) -> Any:
+    """A copy in which non-finite floats (a server's `NaN` or `Infinity` literals, or 1e999)
+    become strings: strict JSON, as reports and goldens are written, has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

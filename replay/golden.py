@@ -9,12 +9,13 @@ of float32s for SGLang); comparisons are done on bit patterns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from replay.tree import TreeNode, input_ids
+from replay.tree import TreeNode, input_ids, subset
 
 
 @dataclass
@@ -28,6 +29,7 @@ class RecordedRequest(TreeNode):
     cached_tokens: int = 0
     cached_details: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "length"
+    num_retractions: int = 0  # times the server retracted it (SGLang; 0 where not reported)
 
 
 @dataclass
@@ -56,3 +58,10 @@ class Golden:
     def input_ids(self, i: int) -> np.ndarray:
         """The exact input tokens of request i, rebuilt from the tree."""
         return input_ids(self.requests, self.prefixes, lambda j: self.requests[j].output_ids, i)
+
+
+def subset_golden(golden: Golden, keep: Iterable[int], **meta: Any) -> Golden:
+    """The golden holding only the requests at `keep` and their ancestors (parents remapped,
+    prefixes, ids and answers unchanged: every kept input is rebuilt exactly as before). `meta`
+    entries are added to the golden's metadata (e.g. where the subset came from)."""
+    return replace(golden, requests=subset(golden.requests, keep), meta={**golden.meta, **meta})

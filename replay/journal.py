@@ -5,11 +5,13 @@ While `golden record` runs, each completed request is appended as one JSON line 
 little-endian bytes, so no bit is lost. A torn last line (the process was killed mid-write) is
 ignored. The first line names the scenario (its full spec) and the server's model; `--resume`
 refuses a journal written for anything else. The journal is deleted once the golden is in place.
+One recorder at a time per target: `.NAME.zarr.journal.lock` is held (flock) while it records.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 from dataclasses import dataclass
@@ -28,6 +30,24 @@ def journal_path(target: Path) -> Path:
     return target.parent / f".{target.name}.journal"
 
 
+def lock_path(journal: Path) -> Path:
+    return journal.with_name(journal.name + ".lock")
+
+
+def _lock(journal: Path) -> Any:
+    """An exclusive lock for one recorder per target: a second one is refused at once rather
+    than deleting the first one's journal."""
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    f = open(lock_path(journal), "a")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise UsageError(f"another recording is writing the same golden (its journal {journal} "
+                         "is locked): wait for it, or record into another --out") from None
+    return f
+
+
 def _b64(a: np.ndarray, dtype: str) -> str:
     return base64.b64encode(np.ascontiguousarray(a, dtype=dtype).tobytes()).decode()
 
@@ -42,6 +62,7 @@ def encode(index: int, request_id: str, c: Completion) -> dict[str, Any]:
         "output_ids": _b64(c.output_ids, "<i4"), "logprobs": _b64(c.logprobs, "<f8"),
         "cached_tokens": c.cached_tokens, "cached_details": c.cached_details,
         "finish_reason": c.finish_reason, "prompt_tokens": c.prompt_tokens,
+        "num_retractions": c.num_retractions,
     }
     if c.top_ids is not None and c.top_logprobs is not None:
         entry["top_k"] = int(c.top_ids.shape[1])
@@ -62,6 +83,7 @@ def decode(entry: dict[str, Any]) -> Completion:
         top_ids=top_ids, top_logprobs=top_lps, cached_tokens=entry["cached_tokens"],
         cached_details=entry["cached_details"], finish_reason=entry["finish_reason"],
         prompt_tokens=entry["prompt_tokens"],
+        num_retractions=int(entry.get("num_retractions", 0)),  # absent in older journals
     )
 
 
@@ -71,24 +93,28 @@ class Journal:
 
     path: Path
     _file: Any = None
+    _lock_file: Any = None
 
     @classmethod
     def start(cls, path: Path, header: dict[str, Any], resume: bool) -> tuple["Journal", dict[int, Completion]]:
         """Open for appending. With `resume`, load what an earlier run completed (the header
         must match); without it, an existing journal is replaced."""
-        done: dict[int, Completion] = {}
-        if resume:
-            if not path.exists():
-                raise UsageError(f"--resume: no journal at {path} (nothing to resume)")
-            done = cls._load(path, header)
-        else:
-            path.unlink(missing_ok=True)
-        journal = cls(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not path.exists()
-        journal._file = open(path, "a", encoding="utf-8")
-        if fresh:
-            journal._append({"format": FORMAT, **header})
+        journal = cls(path, _lock_file=_lock(path))
+        try:
+            done: dict[int, Completion] = {}
+            if resume:
+                if not path.exists():
+                    raise UsageError(f"--resume: no journal at {path} (nothing to resume)")
+                done = cls._load(path, header)
+            else:
+                path.unlink(missing_ok=True)
+            fresh = not path.exists()
+            journal._file = open(path, "a", encoding="utf-8")
+            if fresh:
+                journal._append({"format": FORMAT, **header})
+        except BaseException:
+            journal.close()
+            raise
         return journal, done
 
     @staticmethod
@@ -123,11 +149,19 @@ class Journal:
         self._append(encode(index, request_id, completion))
 
     def _append(self, obj: dict[str, Any]) -> None:
-        self._file.write(json.dumps(obj) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(json.dumps(obj) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:  # e.g. a full disk: name the journal
+            raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from None
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._lock_file is not None:  # unlink, then unlock: a waiter never locks a ghost
+            lock_path(self.path).unlink(missing_ok=True)
+            self._lock_file.close()
+            self._lock_file = None
+

@@ -4,7 +4,8 @@ A launch profile (a TOML file; built-ins in replay/profiles/) is an argv templat
 placeholders, an environment, a health endpoint and timeouts. `launched` renders it, starts the
 server in its own process group with its output in a log file, waits for health plus one tiny
 warm-up /generate, yields the base URL, and stops the whole group on every way out (success,
-failure, KeyboardInterrupt): SIGTERM, a grace period, then SIGKILL.
+failure, KeyboardInterrupt): SIGTERM, a grace period, then SIGKILL. A watchdog process does the
+same if golden-replay itself is killed, even by SIGKILL (replay/server_guard.py).
 
 A server that dies or never becomes healthy is a ServerError (exit 2) whose one-line message ends
 with the tail of its log: the line a user needs ("CUDA out of memory", "unknown argument") is
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -44,6 +46,7 @@ from replay.errors import GoldenError, ServerError, UsageError
 from replay.gpu import choose_attention_backend
 from replay.process_group import exited_soon, stop_process_group
 from replay.redact import redact_text
+from replay.server_guard import watchdog
 
 LOOPBACK = "127.0.0.1"
 # Placeholders a profile may use. The launcher fills python, host, port, log_dir, scratch_dir and
@@ -62,6 +65,9 @@ PROFILE_KEYS = {
 TAIL_LINES = 6
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
 TAIL_CHARS = 600
+# The tool's own secrets: never inherited by a launched server (a profile may still pass one on
+# explicitly in its `env` table).
+PRIVATE_ENV = ("GOLDEN_API_KEY", "GOLDEN_ADMIN_API_KEY")
 
 
 @dataclass(frozen=True)
@@ -257,11 +263,13 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
     port = free_port(host)
     url = f"http://{host}:{port}"
     backend = attention_choice(profile, attention_backend, notify)
-    with scratch_directory(log_path.parent, profile.name) as scratch:
+    with scratch_directory(log_path.parent, profile.name) as scratch, \
+            watchdog(profile.stop_timeout, scratch) as dog:
         rendered = render(profile, model=model, port=port, log_dir=log_path.parent, host=host,
                           fault=fault, extra_args=extra_args, scratch_dir=scratch,
                           attention_backend=backend)
         proc = start_process(rendered, log_path, profile.name)
+        dog.watch(proc.pid)  # from here the server dies with us, even on SIGKILL
         try:
             wait_until_ready(proc, url, profile, log_path)
             try:
@@ -318,7 +326,8 @@ def free_port(host: str = LOOPBACK) -> int:
 def start_process(rendered: Rendered, log_path: Path, name: str) -> subprocess.Popen[bytes]:
     """The server in its own session (so its own process group, out of reach of the terminal's
     Ctrl-C), stdout and stderr into the log, which starts with the command (secrets redacted)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **rendered.env}
+    inherited = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+    env = {**inherited, "PYTHONUNBUFFERED": "1", **rendered.env}
     with open(log_path, "wb") as log:
         header = f"# golden-replay launch {name}: {redact_text(rendered.shell())}\n"
         for k, v in rendered.env.items():
@@ -499,8 +508,9 @@ def _string_table(value: Any, what: str) -> dict[str, str]:
 
 
 def _positive(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise UsageError(f"{what} must be a positive number of seconds")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not math.isfinite(value)):
+        raise UsageError(f"{what} must be a finite positive number of seconds, not {value!r}")
     return float(value)
 
 

@@ -16,9 +16,10 @@ import numpy as np
 from replay.apis.base import SAMPLING, Completion
 from replay.connection import Connection
 from replay.diff import IDENTICAL, Policy, diff_outputs
-from replay.errors import UsageError
+from replay.errors import MalformedResponse, UsageError
 from replay.fingerprint import model_identity, source_meta, vocab_size
 from replay.golden import Golden, RecordedRequest
+from replay.golden_meaning import logprob_problem
 from replay.journal import Journal
 from replay.runner import check_schedule, run_nodes
 from replay.scenario import Plan, check_vocab
@@ -54,6 +55,7 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
         return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
 
     def on_done(i: int, completion: Completion) -> None:
+        refuse_unless_logprobs(plan.requests[i].id, completion)
         done[i] = completion
         if journal:
             journal.add(i, plan.requests[i].id, completion)
@@ -67,6 +69,16 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
     await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
                     top_k=plan.spec.top_k, vocab_size=vocab, only=remaining)
     return [done[i] for i in range(len(plan.requests))]
+
+
+def refuse_unless_logprobs(request_id: str, completion: Completion) -> None:
+    """A reference whose logprobs are not log-probabilities (NaN, infinite, positive) is never
+    recorded: a NaN matches itself bit for bit, so the golden would pass against the very
+    server that produced it."""
+    problem = logprob_problem(completion.logprobs, completion.top_ids, completion.top_logprobs)
+    if problem:
+        raise MalformedResponse(f"request {request_id}: the reference's {problem} is not a "
+                                "log-probability; refusing to record it")
 
 
 @dataclass(frozen=True)
@@ -142,4 +154,5 @@ def _recorded(plan: Plan, i: int, c: Completion) -> RecordedRequest:
         output_ids=c.output_ids, logprobs=c.logprobs, top_ids=c.top_ids,
         top_logprobs=c.top_logprobs, cached_tokens=c.cached_tokens,
         cached_details=c.cached_details, finish_reason=c.finish_reason,
+        num_retractions=c.num_retractions,
     )

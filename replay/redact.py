@@ -2,12 +2,20 @@
 
 Goldens and reports store what servers say about themselves; a server may echo an API key in its
 arguments or launch command. Everything written passes through `redact_secrets` first.
+
+Names are not enough: a server may echo a secret anywhere (an error body, an unknown settings
+field, a log line). The secret values the tool itself knows (`--api-key`, a URL's password) are
+therefore also replaced wherever they occur (`scrub`, `scrub_values`): by the transport in
+everything it hands on, and by the session in every error it reports.
 """
 
 from __future__ import annotations
 
+import base64
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 REDACTED = "<redacted>"
 
@@ -60,6 +68,41 @@ def redact_text(text: str) -> str:
     text = _ENV_RE.sub(env, text)
     text = _URL_USERINFO_RE.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
     return _BEARER_RE.sub(lambda m: f"{m[1]} {REDACTED}", text)
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """The text with every occurrence of each known secret value replaced: for what a server or
+    a launched process may echo back verbatim (an API key in an error body, a log line)."""
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
+    """A copy of a JSON-like value with `scrub` applied to every string in it (keys included)."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {scrub_values(k, secrets): scrub_values(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_values(v, secrets) for v in value]
+    return value
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The password of `scheme://user:password@host` and its HTTP Basic form, if any."""
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return ()
+    if not password:
+        return ()
+    basic = base64.b64encode(f"{unquote(user or '')}:{unquote(password)}".encode()).decode()
+    return tuple({password, unquote(password), basic})
 
 
 def redact_secrets(value: Any) -> Any:

@@ -23,9 +23,20 @@ def write_atomic(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # e.g. a full disk: name the file, not the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale(*paths: Path | None) -> None:
+    """Remove a previous run's report files before a run starts: a run killed outright (even by
+    SIGKILL) then leaves no report rather than a stale verdict."""
+    for path in paths:
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
 
 
 def json_text(doc: dict[str, Any]) -> str:

@@ -19,6 +19,17 @@ from replay.errors import UsageError
 from replay.tree import TreeNode, request_id
 
 
+# Bounds on every size (a scenario is user input): generous for real tests, far below what
+# would hang the tool, exhaust memory or wrap the int32 token ids.
+LIMITS = {
+    "groups": 100_000, "branches": 100_000, "turns": 10_000, "prefix_len": 2**24,
+    "suffix_len": 2**24, "turn_suffix_len": 2**24, "max_new_tokens": 2**20, "top_k": 1024,
+    "token_lo": 2**31 - 2, "token_hi": 2**31 - 1, "seed": 2**64 - 1,
+}
+MAX_REQUESTS = 1_000_000
+MAX_TOTAL_TOKENS = 2**28  # output tokens, and input tokens drawn, over the whole scenario
+
+
 @dataclass(frozen=True)
 class ScenarioSpec:
     name: str
@@ -35,6 +46,10 @@ class ScenarioSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        not_ints = [f.name for f in fields(self) if f.name != "name" and (
+            isinstance(getattr(self, f.name), bool) or not isinstance(getattr(self, f.name), int))]
+        if not_ints:
+            raise UsageError(f"scenario {self.name!r}: {', '.join(not_ints)} must be integers")
         checks = {
             "groups": self.groups >= 1,
             "branches": self.branches >= 1,
@@ -53,6 +68,22 @@ class ScenarioSpec:
             raise UsageError(f"scenario {self.name!r}: invalid value for {', '.join(bad)}")
         if self.prefix_len + self.suffix_len == 0:
             raise UsageError(f"scenario {self.name!r}: prefix_len + suffix_len must be > 0")
+        self._check_bounds()
+
+    def _check_bounds(self) -> None:
+        """Sizes past these would hang, exhaust memory or wrap int32 silently (docs/scenarios.md)."""
+        too_big = [f"{k} = {getattr(self, k)} (at most {limit})" for k, limit in LIMITS.items()
+                   if getattr(self, k) > limit]
+        inputs = self.groups * self.prefix_len + self.requests * max(self.suffix_len,
+                                                                     self.turn_suffix_len)
+        totals = {"requests (groups x branches x (1 + turns))": (self.requests, MAX_REQUESTS),
+                  "output tokens (requests x max_new_tokens)":
+                      (self.requests * self.max_new_tokens, MAX_TOTAL_TOKENS),
+                  "input tokens drawn": (inputs, MAX_TOTAL_TOKENS)}
+        too_big += [f"{what} = {n} (at most {limit})" for what, (n, limit) in totals.items()
+                    if n > limit]
+        if too_big:
+            raise UsageError(f"scenario {self.name!r}: too large: {'; '.join(too_big)}")
 
     @property
     def requests(self) -> int:

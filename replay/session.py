@@ -15,20 +15,24 @@ the library prints nothing itself.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
 from replay import aio
+from replay.cache_check import server_flag
 from replay.client import ClientOptions
 from replay.connection import Connection, connect
-from replay.errors import GoldenError, UsageError
-from replay.fingerprint import redact_url
+from replay.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
+from replay.fingerprint import model_identity, redact_url
 from replay.golden import Golden
+from replay.golden_meaning import check_meaning
 from replay.golden_store import read_golden, write_golden
 from replay.journal import Journal, journal_path
 from replay.recorder import RecordOptions, record, server_facts
+from replay.redact import scrub, url_secrets
 from replay.replayer import ReplayOptions, replay
 from replay.report import report_dict
 from replay.scenario import Plan
@@ -37,6 +41,7 @@ from replay.shard import shard_golden
 Tick = Callable[[str], None]
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
+DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,9 @@ class ServerTarget:
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
+    """The golden to replay, its meaning checked (replay/golden_meaning.py), then sharded."""
     loaded = read_golden(golden) if isinstance(golden, Path) else golden
+    check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
     return shard_golden(loaded, shard) if shard else loaded
 
 
@@ -103,6 +110,7 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
     """Replay a golden (a path or one in memory) against the target; the report document."""
     name = name or (str(golden) if isinstance(golden, Path) else "in-memory")
     server = target.label
+    secrets = known_secrets(client, target)
     try:
         loaded = load_golden(golden, shard)
         with target.serving() as url:
@@ -110,10 +118,47 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
             total = len(loaded.requests) * options.repeat
             with _progress(progress, f"replay {Path(name).name}", total) as tick:
                 result = aio.run(_replay(url, loaded, name, options, client, api, tick))
+        compared_nothing(result)
     except GoldenError as exc:
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
-                           error=str(exc))
+                           error=scrub(str(exc), secrets))
+    except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
+        if os.environ.get(DEBUG_ENV):
+            raise
+        return report_dict(None, golden=name, server=server, policy=str(options.policy),
+                           error=scrub(unexpected(exc), secrets))
     return report_dict(result, golden=name, server=server, policy=str(options.policy))
+
+
+def unexpected(exc: BaseException) -> str:
+    """The one line for an exception that is not a GoldenError."""
+    text = " ".join(str(exc).split())[:300]
+    return f"unexpected {type(exc).__name__}: {text} (set {DEBUG_ENV}=1 for the traceback)"
+
+
+def compared_nothing(result: Any) -> None:
+    """A replay that compared no token proves nothing: an error, never a pass."""
+    if sum(o.diff.compared for o in result.outcomes) == 0:
+        raise GoldenFormatError("the replay compared no tokens (an empty golden proves nothing)")
+
+
+def known_secrets(client: ClientOptions, target: "ServerTarget") -> tuple[str, ...]:
+    """The secret values this run knows: the API keys and the server URL's password."""
+    return tuple(s for s in (client.api_key, client.admin_api_key, *url_secrets(target.url or ""))
+                 if s)
+
+
+@contextlib.contextmanager
+def secrets_scrubbed(secrets: tuple[str, ...]) -> Iterator[None]:
+    """Re-raise a GoldenError whose message holds a known secret (a launched server's log tail,
+    an echoing server) with the secret replaced."""
+    try:
+        yield
+    except GoldenError as exc:
+        clean = scrub(str(exc), secrets)
+        if clean == str(exc):
+            raise
+        raise type(exc)(clean) from None
 
 
 async def _replay(url: str, golden: Golden, name: str, options: ReplayOptions,
@@ -131,9 +176,13 @@ class NonDeterministicRecording(GoldenError):
     """Repeated recordings of the reference differ: nothing was written."""
 
 
+class ModelChanged(ModelMismatch):
+    """The server's model changed while the reference was being recorded: nothing was written."""
+
+
 def reference_warnings(server_info: dict[str, Any]) -> list[str]:
     """What is suspicious about a server used to record a reference."""
-    if not server_info.get("disable_radix_cache", False):
+    if not server_flag(server_info, "disable_radix_cache"):
         return ["the server has its radix cache on; a reference should be recorded with the "
                 "cache disabled (a reference profile such as sglang-reference)"]
     return []
@@ -153,7 +202,7 @@ def record_golden(plan: Plan, out: Path, target: ServerTarget,
     try:
         golden = record_in_memory(plan, target, options, client, api=api, progress=progress,
                                   notify=notify, journal_at=journal, resume=resume)
-    except NonDeterministicRecording:
+    except (NonDeterministicRecording, ModelChanged):
         journal.unlink(missing_ok=True)
         raise
     write_golden(golden, out, force=force)
@@ -166,7 +215,7 @@ def record_in_memory(plan: Plan, target: ServerTarget, options: RecordOptions = 
                      progress: ProgressBar | None = None, notify: Notify | None = None,
                      journal_at: Path | None = None, resume: bool = False) -> Golden:
     """Record `plan` against the target and return the golden without writing it."""
-    with target.serving() as url:
+    with secrets_scrubbed(known_secrets(client, target)), target.serving() as url:
         total = len(plan.requests) * options.check_determinism
         with _progress(progress, f"record {plan.spec.name}", total) as tick:
             return aio.run(_record(url, plan, options, client, api, tick, notify, journal_at,
@@ -195,8 +244,13 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
         header = {"scenario": plan.spec.to_dict(), "model": facts.model}
         journal, already = Journal.start(journal_at, header, resume)
     try:
-        return await record(conn, plan, options, tick, facts=facts, journal=journal,
-                            already=already)
+        golden = await record(conn, plan, options, tick, facts=facts, journal=journal,
+                              already=already)
+        after = model_identity(await conn.model_info(), facts.server_info).label
+        if after != facts.model:
+            raise ModelChanged(f"the server's model changed during the recording ({facts.model!r} "
+                               f"at the start, {after!r} at the end): nothing was written")
+        return golden
     except NonDeterministicReference as exc:
         raise NonDeterministicRecording(f"the reference is not deterministic: {exc}") from None
     finally:

@@ -12,10 +12,10 @@ and n.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from replay.errors import UsageError
-from replay.golden import Golden
+from replay.golden import Golden, subset_golden
 
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -65,14 +65,7 @@ def shard_golden(golden: Golden, spec: str | ShardSpec) -> Golden:
     if len(units) < shard.count:
         raise UsageError(f"--shard {shard}: the golden has only {len(units)} conversation(s), "
                          f"so at most {len(units)} shards")
-    mine = sorted(i for u, unit in enumerate(units) if u % shard.count == shard.index - 1
-                  for i in unit)
-    new_index = {old: new for new, old in enumerate(mine)}
-    requests = []
-    for old in mine:
-        r = golden.requests[old]
-        parent = new_index[r.parent] if r.parent >= 0 else -1
-        requests.append(replace(r, parent=parent))
-    meta = {**golden.meta, "shard": {"index": shard.index, "count": shard.count, "unit": kind,
-                                     "requests": len(requests), "of_requests": len(golden.requests)}}
-    return replace(golden, requests=requests, meta=meta)
+    mine = [i for u, unit in enumerate(units) if u % shard.count == shard.index - 1 for i in unit]
+    return subset_golden(golden, mine, shard={"index": shard.index, "count": shard.count,
+                                              "unit": kind, "requests": len(mine),
+                                              "of_requests": len(golden.requests)})

@@ -11,12 +11,14 @@ later turn's input is its parent's input, the parent's output, then its own new 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
 _ID = re.compile(r"^g(\d+)/b(\d+)/t(\d+)$")
+Node = TypeVar("Node", bound="TreeNode")
 
 
 @dataclass
@@ -57,3 +59,23 @@ def input_ids(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
         parts.append(output_of(j))
     parts.append(nodes[i].new_tokens)
     return np.concatenate(parts).astype(np.int32)
+
+
+def with_ancestors(nodes: Sequence[TreeNode], keep: Iterable[int]) -> list[int]:
+    """The indices in `keep` and all their ancestors, sorted (so still topological)."""
+    closed: set[int] = set()
+    for i in keep:
+        while i >= 0 and i not in closed:
+            closed.add(i)
+            i = nodes[i].parent
+    return sorted(closed)
+
+
+def subset(nodes: Sequence[Node], keep: Iterable[int]) -> list[Node]:
+    """The nodes at `keep` plus their ancestors (a turn's input needs its parent's output), in
+    their original order, with `parent` remapped into the new list. Ids are unchanged, so a
+    subset's reports name the same requests as the whole tree's."""
+    kept = with_ancestors(nodes, keep)
+    new_index = {old: new for new, old in enumerate(kept)}
+    return [replace(nodes[old], parent=new_index[nodes[old].parent] if nodes[old].parent >= 0
+                    else -1) for old in kept]

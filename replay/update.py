@@ -18,13 +18,15 @@ from replay import aio
 from replay.client import ClientOptions
 from replay.connection import Connection, connect
 from replay.diff import Policy
-from replay.errors import GoldenError
+from replay.errors import GoldenError, ModelMismatch
+from replay.fingerprint import ModelIdentity, model_identity, model_mismatch
 from replay.golden import Golden
 from replay.golden_compare import compare_goldens
 from replay.golden_store import read_golden, write_golden
 from replay.recorder import RecordOptions
 from replay.scenario import ScenarioSpec, build_plan
-from replay.session import ServerTarget, record_connected, reference_warnings
+from replay.session import (ServerTarget, known_secrets, record_connected, reference_warnings,
+                            secrets_scrubbed)
 
 UNCHANGED = "unchanged"
 CHANGED = "changed"
@@ -48,6 +50,7 @@ class UpdateOptions:
     policy: Policy = Policy("exact")
     record: RecordOptions = RecordOptions()
     dry_run: bool = False  # compare only, never write
+    allow_model_change: bool = False  # re-record goldens of another model than the server's
 
 
 def find_goldens(directory: Path) -> list[Path]:
@@ -74,9 +77,11 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
     async def go(url: str) -> list[UpdateResult]:
         results = []
         async with connect(url, client_options, api, reference=True) as conn:
-            warnings = reference_warnings(await conn.server_info())
+            server_info = await conn.server_info()
+            warnings = reference_warnings(server_info)
+            serving = model_identity(await conn.model_info(), server_info)
             for path in paths:
-                result, new = await update_one(conn, path, options)
+                result, new = await update_one(conn, path, options, serving=serving)
                 result.warnings = warnings
                 results.append(result)
                 if notify:
@@ -85,15 +90,23 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
                     replace_golden(result, new, notify)
         return results
 
-    with target.serving() as url:
+    secrets = known_secrets(client_options or ClientOptions(), target)
+    with secrets_scrubbed(secrets), target.serving() as url:
         return aio.run(go(url))
 
 
-async def update_one(conn: Connection, path: Path, options: UpdateOptions
-                     ) -> tuple[UpdateResult, Golden | None]:
-    """Re-record and compare one golden; the new recording comes back only when it changed."""
+async def update_one(conn: Connection, path: Path, options: UpdateOptions, *,
+                     serving: ModelIdentity | None = None) -> tuple[UpdateResult, Golden | None]:
+    """Re-record and compare one golden; the new recording comes back only when it changed.
+    A golden recorded with another model than the server's (`serving`) is an error unless
+    `options.allow_model_change`: replacing it would silently change what it tests."""
     try:
         old = read_golden(path)
+        recorded = model_identity(old.meta.get("model_info") or {}, old.meta.get("server_info") or {})
+        changed = model_mismatch(recorded, serving) if serving is not None else None
+        if changed and not options.allow_model_change:
+            raise ModelMismatch(f"{changed}: not re-recorded (pass --allow-model-change to "
+                                "replace it)")
         new = await rerecord(conn, old, options.record)
         report = compare_goldens(old, new, str(path), f"{path} (re-recorded)", options.policy)
     except GoldenError as exc:

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "## $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
-echo; echo "### client overhead and diff throughput"; python3 scripts/bench_client.py --requests 256
-echo; echo "### golden size (synthetic, 150k vocabulary)"; python3 scripts/bench_golden_size.py
+echo; echo "### parsing one answer"; python3 scripts/bench_parse.py
+echo; echo "### whole client and diff throughput"; python3 scripts/bench_client.py --requests 32 1024
+echo; echo "### golden size (top-k 0, 5, 20)"; python3 scripts/bench_golden_size.py --table
 echo; echo "### golden size (real recording)"; python3 scripts/bench_golden_size.py --golden goldens/hicache-branching.zarr
 echo; echo "### load"; python3 scripts/bench_load.py --conversations 250 1000 --concurrency 256
 echo; echo "### engine speed (tiny, CPU, one thread)"

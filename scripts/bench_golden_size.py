@@ -14,11 +14,13 @@ helps both formats. The JSON side is generous to JSON: it carries no input token
 
     python scripts/bench_golden_size.py [--scenario hicache-branching] [--top-k 5] [--seed 0]
     python scripts/bench_golden_size.py --golden goldens/hicache-branching.zarr   # a real one
+    python scripts/bench_golden_size.py --table   # top-k 0, 5, 20: synthetic and real, one table
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import sys
@@ -97,13 +99,62 @@ def tree_bytes(path: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
+def measure(golden: Golden) -> tuple[int, int, float, float]:
+    """Bytes, files, write seconds, read+verify seconds of the golden as this tool writes it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        path = write_golden(golden, Path(tmp) / "bench.zarr")
+        t1 = time.perf_counter()
+        read_golden(path)
+        t2 = time.perf_counter()
+        n_files, size = tree_bytes(path)
+    return size, n_files, t1 - t0, t2 - t1
+
+
+def with_top_k(golden: Golden, k: int) -> Golden:
+    """The golden with its top-k cut to the first k ranks (0: none)."""
+    return dataclasses.replace(golden, requests=[dataclasses.replace(
+        r, top_ids=r.top_ids[:, :k] if k and r.top_ids is not None else None,
+        top_logprobs=r.top_logprobs[:, :k] if k and r.top_logprobs is not None else None)
+        for r in golden.requests])
+
+
+def table(scenario: str, seed: int, real: Path) -> None:
+    print("| golden | top-k | bytes | files | B/output token | write s | read+verify s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for k in (0, 5, 20):
+        golden = build_golden(scenario, k, seed)
+        tokens = sum(len(r.output_ids) for r in golden.requests)
+        size, files, w, r = measure(golden)
+        print(f"| {scenario}, synthetic, 150k vocabulary | {k} | {size:,} | {files} | "
+              f"{size / tokens:.2f} | {w:.2f} | {r:.2f} |")
+    recorded = read_golden(real)
+    tokens = sum(len(r.output_ids) for r in recorded.requests)
+    files, size = tree_bytes(real)
+    name = real.name
+    schema = json.loads((real / "zarr.json").read_text())["attributes"]["schema"]
+    print(f"| {name} as stored ({schema}) | {recorded.top_k} | {size:,} | {files} | "
+          f"{size / tokens:.2f} | - | - |")
+    for k in sorted({0, recorded.top_k}):
+        size, files, w, r = measure(with_top_k(recorded, k))
+        print(f"| {name} rewritten by this tool | {k} | {size:,} | {files} | {size / tokens:.2f} "
+              f"| {w:.2f} | {r:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="hicache-branching")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--golden", type=Path, help="measure a real golden instead of synthetic outputs")
+    ap.add_argument("--table", action="store_true",
+                    help="top-k 0, 5, 20 (synthetic) and the real golden (default "
+                         "goldens/hicache-branching.zarr) at top-k 0 and its own, one table")
     args = ap.parse_args()
+    if args.table:
+        table(args.scenario, args.seed,
+              args.golden or Path(__file__).resolve().parents[1] / "goldens/hicache-branching.zarr")
+        return
 
     golden = read_golden(args.golden) if args.golden else build_golden(args.scenario, args.top_k, args.seed)
     if args.golden:

@@ -46,11 +46,14 @@ for body in bodies:
 """
 
 
-def timed(argv: list[str], env: dict[str, str], runs: int, ok: tuple[int, ...] = (0,)) -> float:
+def timed(argv: list[str], env: dict[str, str], runs: int, ok: tuple[int, ...] = (0,),
+          cwd: Path = ROOT) -> float:
+    """Median wall time. `cwd` matters: `python3 -c` puts the working directory first on
+    sys.path, so each checkout's commands run from that checkout."""
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=cwd)
         times.append(time.perf_counter() - t0)
         if proc.returncode not in ok:
             raise SystemExit(f"{argv} exited {proc.returncode}: {proc.stderr[-500:]}")
@@ -78,12 +81,14 @@ def main() -> None:
         rows.append(("python3 -c pass", "-", timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)))
         for label, checkout in checkouts:
             argv, env = golden_cmd(checkout)
-            rows.append(("golden --help", label, timed(argv + ["--help"], env, args.runs)))
-            rows.append(("golden verify", label, timed(argv + ["verify", str(GOLDEN)], env, args.runs)))
+            rows.append(("golden --help", label, timed(argv + ["--help"], env, args.runs, cwd=checkout)))
+            rows.append(("golden verify", label,
+                         timed(argv + ["verify", str(GOLDEN)], env, args.runs, cwd=checkout)))
             # the stub is not the engine: the verdict is `fail` (exit 1); only the time matters
             replay = argv + ["replay", str(GOLDEN), "--server", stub.url, "-q",
                              "--allow-model-mismatch", "--expect-cache", "none"]
-            rows.append(("golden replay (27 requests)", label, timed(replay, env, args.runs, (1,))))
+            rows.append(("golden replay (27 requests)", label,
+                         timed(replay, env, args.runs, (1,), cwd=checkout)))
         plain = [sys.executable, "-c", PLAIN_CLIENT, stub.url, str(bodies_file)]
         rows.append(("plain stdlib client (27 requests)", "-", timed(plain, dict(os.environ), args.runs)))
     print(f"| command | checkout | median wall s ({args.runs} runs) |")

@@ -3,9 +3,10 @@
 import struct
 
 import numpy as np
-from hypothesis import given, strategies as st
+import pytest
+from hypothesis import given, settings, strategies as st
 
-from replay.bits import ULP_INFINITE, fits_float32, same_bits, ulp_distance
+from replay.bits import ULP_INFINITE, fits_float32, has_float32_specials, same_bits, ulp_distance
 from replay.diff import top_k_equal
 
 float32_bits = st.integers(min_value=0, max_value=2**32 - 1)
@@ -67,3 +68,23 @@ def test_tie_rule_is_symmetric_for_any_lists(a, b):
     ai, av = np.array([t for t, _ in a]), np.array([f32(v) for _, v in a])
     bi, bv = np.array([t for t, _ in b]), np.array([f32(v) for _, v in b])
     assert top_k_equal(ai, av, bi, bv)[:2] == top_k_equal(bi, bv, ai, av)[:2]
+
+
+@pytest.mark.parametrize("pattern, special", [
+    (0x00000000, False), (0x80000000, False), (0x3F800000, False), (0xBF7FFFFF, False),
+    (0x00800000, False), (0x7F7FFFFF, False),  # smallest and largest normals
+    (0x00000001, True), (0x807FFFFF, True),  # subnormals
+    (0x7F800000, True), (0xFF800000, True), (0x7FC00000, True), (0x7F800001, True),  # inf, NaN
+])
+def test_has_float32_specials_finds_subnormals_infinities_and_nans(pattern, special):
+    values = np.array([0x3F800000, pattern, 0x40000000], dtype=np.uint32).view(np.float32)
+    assert has_float32_specials(values) is special
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=8))
+def test_has_float32_specials_agrees_with_the_ieee_definition(patterns):
+    v = np.array(patterns, dtype=np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        want = bool(np.any(~np.isfinite(v) | ((v != 0) & (np.abs(v) < np.finfo(np.float32).tiny))))
+    assert has_float32_specials(v) is want

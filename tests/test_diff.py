@@ -137,3 +137,32 @@ def test_length_mismatch_counts_as_token_divergence():
             g.top_logprobs[:4].copy())
     d = diff_outputs(g, r, EXACT)
     assert d.status == TOKEN_DIVERGENCE and d.first.position == 4
+
+
+def test_identical_outputs_take_the_short_path_and_report_like_the_full_one():
+    from replay import diff as diff_module
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 100, 32).astype(np.int32)
+    lps = -rng.random(32).astype(np.float32).astype(np.float64)
+    top_ids = rng.integers(0, 100, (32, 4)).astype(np.int32)
+    top_lps = -rng.random((32, 4)).astype(np.float32).astype(np.float64)
+
+    class Out:
+        def __init__(self) -> None:
+            self.output_ids, self.logprobs = ids.copy(), lps.copy()
+            self.top_ids, self.top_logprobs = top_ids.copy(), top_lps.copy()
+
+    short = diff_module.diff_outputs(Out(), Out(), Policy("exact"))
+    assert diff_module._identical(Out(), Out()) is not None
+    full_path = diff_module._identical
+    try:
+        diff_module._identical = lambda g, r: None
+        full = diff_module.diff_outputs(Out(), Out(), Policy("exact"))
+    finally:
+        diff_module._identical = full_path
+    assert (short.status, short.compared, short.first, short.token_position, short.max_ulp,
+            short.mean_kl, short.passed) == (full.status, full.compared, full.first,
+                                             full.token_position, full.max_ulp, full.mean_kl,
+                                             full.passed)
+    assert short.abs_delta.size == full.abs_delta.size == 0

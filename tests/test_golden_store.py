@@ -15,7 +15,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay import golden_store
+from replay import atomic_dir, golden_store
 from replay.errors import GoldenFormatError, UsageError
 from replay.golden import Golden, RecordedRequest
 from replay.golden_store import (
@@ -153,7 +153,7 @@ def fsync_log(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """fsync costs ~4 ms a call on this disk and a write makes ~45: record the calls instead.
     A test that wants the real thing calls monkeypatch.undo()."""
     log: list[Path] = []
-    monkeypatch.setattr(golden_store, "_fsync", log.append)
+    monkeypatch.setattr(atomic_dir, "_fsync", log.append)
     return log
 
 
@@ -229,7 +229,7 @@ def test_float32_values_stored_as_float32(written: tuple[Golden, Path]) -> None:
     _, path = written
     arrays = root_attrs(path)["arrays"]
     assert arrays["logprobs"]["data_type"] == "float32"
-    assert arrays["top_logprobs"]["data_type"] == "float32"
+    assert arrays["top_logprobs_rest"]["data_type"] == "float32"
 
 
 def test_float64_only_values_stored_as_float64(tmp_path: Path) -> None:
@@ -245,7 +245,7 @@ def test_logprobs_and_top_logprobs_choose_dtype_independently(tmp_path: Path) ->
     top[1, 1] = 1 / 3
     back = round_trip(make_golden(requests=[make_request(0, top_logprobs=top)]), tmp_path)
     arrays = root_attrs(tmp_path / "g.zarr")["arrays"]
-    assert (arrays["logprobs"]["data_type"], arrays["top_logprobs"]["data_type"]) == ("float32", "float64")
+    assert (arrays["logprobs"]["data_type"], arrays["top_logprobs_rest"]["data_type"]) == ("float32", "float64")
     assert np.array_equal(bits(back.requests[0].top_logprobs), bits(top))
 
 
@@ -336,12 +336,13 @@ def test_narrow_if_exact_never_changes_bits(patterns: list[int]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_each_array_is_one_zstd_chunk_file(written: tuple[Golden, Path]) -> None:
+def test_each_array_is_one_bit_shuffled_zstd_chunk_file(written: tuple[Golden, Path]) -> None:
     _, path = written
     for name in root_attrs(path)["arrays"]:
         meta = json.loads((path / name / "zarr.json").read_text())
-        assert [c["name"] for c in meta["codecs"]] == ["bytes", "zstd"]
-        assert meta["codecs"][1]["configuration"]["checksum"] is True
+        assert [c["name"] for c in meta["codecs"]] == ["bytes", "blosc"]
+        config = meta["codecs"][1]["configuration"]
+        assert (config["cname"], config["shuffle"]) == ("zstd", "bitshuffle")
         chunk(path, name)
 
 
@@ -352,18 +353,21 @@ def test_golden_is_readable_with_plain_zarr_and_numpy(written: tuple[Golden, Pat
     a = z.attrs.asdict()
     cols = a["request_columns"]
     table = z["requests"][:]
-    out_off = z["output_offsets"][:]
+    out_off = np.concatenate([[0], np.cumsum(table[:, cols.index("output_count")])])
+    no = np.concatenate([[0], np.cumsum(table[:, cols.index("new_token_count")])])
+    po = np.concatenate([[0], np.cumsum(a["prefix_lengths"])])
     req = a["request_ids"].index(golden.requests[2].id)
     lo, hi = out_off[req], out_off[req + 1]
     assert np.array_equal(bits(z["logprobs"][lo:hi].astype(np.float64)), bits(golden.requests[2].logprobs))
-    assert np.array_equal(z["top_ids"][lo:hi], golden.requests[2].top_ids)
+    top_ids = np.concatenate([z["output_ids"][:][:, None], z["top_ids_rest"][:]], axis=1)
+    for row, token, _bits in a["top1_exceptions"]:
+        top_ids[row, 0] = token
+    assert np.array_equal(top_ids[lo:hi], golden.requests[2].top_ids)
 
     def input_ids(i: int) -> np.ndarray:
         g, p = table[i, cols.index("group")], table[i, cols.index("parent")]
-        no = z["new_token_offsets"][:]
         new = z["new_tokens"][no[i]:no[i + 1]]
         if p < 0:
-            po = z["prefix_offsets"][:]
             return np.concatenate([z["prefix_tokens"][po[g]:po[g + 1]], new])
         return np.concatenate([input_ids(p), z["output_ids"][out_off[p]:out_off[p + 1]], new])
 
@@ -514,13 +518,13 @@ def test_zarr_group_without_schema_is_not_a_golden(tmp_path: Path) -> None:
 def test_newer_schema_is_refused(written: tuple[Golden, Path]) -> None:
     _, path = written
     attrs = root_attrs(path)
-    attrs["schema"] = "golden-replay/golden/2"
+    attrs["schema"] = "golden-replay/golden/3"
     rewrite_root_attrs(path, attrs)
     with pytest.raises(GoldenFormatError) as err:
         read_golden(path)
     assert str(err.value) == (
-        f"{path}: golden schema golden-replay/golden/2 is newer than this tool understands "
-        "(golden-replay/golden/1): upgrade golden-replay")
+        f"{path}: golden schema golden-replay/golden/3 is newer than this tool understands "
+        "(golden-replay/golden/2): upgrade golden-replay")
 
 
 def test_unknown_schema_is_refused(written: tuple[Golden, Path]) -> None:
@@ -568,9 +572,9 @@ def test_missing_chunk_is_reported(written: tuple[Golden, Path]) -> None:
 
 def test_truncated_chunk_is_reported(written: tuple[Golden, Path]) -> None:
     _, path = written
-    c = chunk(path, "top_logprobs")
+    c = chunk(path, "top_logprobs_rest")
     c.write_bytes(c.read_bytes()[:-7])
-    with pytest.raises(GoldenFormatError, match="array top_logprobs: unreadable chunk"):
+    with pytest.raises(GoldenFormatError, match="array top_logprobs_rest: unreadable chunk"):
         read_golden(path)
 
 
@@ -596,12 +600,30 @@ def test_checksum_catches_a_valid_chunk_with_wrong_data(tmp_path: Path) -> None:
     assert read_golden(path, verify=False).requests[0].output_ids[0] == 201  # unchecked read
 
 
-def test_inconsistent_offsets_are_reported(written: tuple[Golden, Path]) -> None:
+def test_output_counts_that_disagree_with_the_outputs_are_reported(written: tuple[Golden, Path]) -> None:
     _, path = written
-    off = zarr.open_array(store=str(path / "output_offsets"), mode="r")[:]
-    off[1] = off[2] + 1  # decreasing
-    tamper_array(path, "output_offsets", off)
-    with pytest.raises(GoldenFormatError, match="output_offsets: offsets inconsistent"):
+    table = zarr.open_array(store=str(path / "requests"), mode="r")[:]
+    table[1, -1] += 1  # output_count
+    tamper_array(path, "requests", table)
+    with pytest.raises(GoldenFormatError, match="output_count column, output_ids and logprobs disagree"):
+        read_golden(path)
+
+
+def test_negative_counts_are_reported(written: tuple[Golden, Path]) -> None:
+    _, path = written
+    table = zarr.open_array(store=str(path / "requests"), mode="r")[:]
+    table[0, -2] = -1  # new_token_count
+    tamper_array(path, "requests", table)
+    with pytest.raises(GoldenFormatError, match="negative"):
+        read_golden(path)
+
+
+def test_malformed_top1_exception_is_reported(written: tuple[Golden, Path]) -> None:
+    _, path = written
+    attrs = root_attrs(path)
+    attrs["top1_exceptions"][0][2] = "not hex"
+    rewrite_root_attrs(path, attrs)
+    with pytest.raises(GoldenFormatError, match="top1_exceptions: bad entry"):
         read_golden(path)
 
 
@@ -687,11 +709,11 @@ def test_verify_golden_reports_a_missing_path_without_raising(tmp_path: Path) ->
 
 def test_error_messages_are_one_line(written: tuple[Golden, Path]) -> None:
     _, path = written
-    c = chunk(path, "top_ids")
-    c.write_bytes(b"\x28\xb5\x2f\xfd" + b"\xff" * 40)  # a zstd magic number, then garbage
+    c = chunk(path, "top_ids_rest")
+    c.write_bytes(b"\x02\x01\x21\x04" + b"\xff" * 40)  # a blosc header, then garbage
     with pytest.raises(GoldenFormatError) as err:
         read_golden(path)
-    assert "\n" not in str(err.value) and "array top_ids" in str(err.value)
+    assert "\n" not in str(err.value) and "array top_ids_rest" in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -708,7 +730,7 @@ def test_every_file_and_directory_is_fsynced_before_the_rename(
         seen["synced"] = set(fsync_log)
         os.rename(src, dst)
 
-    monkeypatch.setattr(golden_store, "_rename", rename)
+    monkeypatch.setattr(atomic_dir, "_rename", rename)
     write_golden(make_golden(), tmp_path / "g.zarr")
     assert seen["tree"] and seen["tree"] <= seen["synced"]
     assert fsync_log[-1] == tmp_path  # the parent directory, after the rename
@@ -763,8 +785,10 @@ class Boom(BaseException):
 
 
 def fail_on_call(monkeypatch: pytest.MonkeyPatch, name: str, call: int, exc: BaseException) -> None:
-    """Make golden_store.<name> raise `exc` on its `call`-th call (1-based)."""
-    real = getattr(golden_store, name)
+    """Make <module>.<name> raise `exc` on its `call`-th call (1-based): the zarr writing in
+    golden_store, the atomic publication steps in atomic_dir."""
+    module = golden_store if hasattr(golden_store, name) else atomic_dir
+    real = getattr(module, name)
     calls = {"n": 0}
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -773,7 +797,7 @@ def fail_on_call(monkeypatch: pytest.MonkeyPatch, name: str, call: int, exc: Bas
             raise exc
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(golden_store, name, wrapper)
+    monkeypatch.setattr(module, name, wrapper)
 
 
 def test_crash_mid_write_leaves_no_golden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -806,7 +830,7 @@ def test_failed_swap_restores_the_old_golden(written: tuple[Golden, Path],
 def test_leftover_temp_dir_from_a_killed_writer_is_ignored(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # A killed writer's partial directory: no cleanup ran.
-    monkeypatch.setattr(golden_store, "_remove", lambda path: None)
+    monkeypatch.setattr(atomic_dir, "_remove", lambda path: None)
     fail_on_call(monkeypatch, "_write_array", 3, Boom())
     with pytest.raises(Boom):
         write_golden(make_golden(), tmp_path / "g.zarr")

@@ -1,13 +1,14 @@
 """The /generate request we send and the strict parsing of what comes back."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replay.errors import MalformedResponse, ServerError
-from replay.apis.sglang import generate_body, parse_completion
+from replay.errors import MalformedResponse
+from replay.apis.sglang import generate_body, parse_completion, parse_text
 
 
 def response(n=3, k=2):
@@ -24,6 +25,18 @@ def response(n=3, k=2):
 
 def parse(obj, n=3, k=2, vocab=100):
     return parse_completion(obj, "g0/b1/t2", max_new_tokens=n, top_k=k, vocab_size=vocab)
+
+
+def test_body_asks_for_flat_base64_top_k_when_top_k_is_positive():
+    body = generate_body(np.array([1, 2, 3], np.int32), 160, 5)
+    assert body["return_flat_raw_output_top_logprobs"] is True
+    assert body["return_flat_raw_top_logprobs_b64"] is True
+
+
+def test_body_without_top_k_asks_for_no_flat_top_k():
+    body = generate_body(np.array([1, 2, 3], np.int32), 160, 0)
+    assert "return_flat_raw_output_top_logprobs" not in body
+    assert "return_flat_raw_top_logprobs_b64" not in body
 
 
 def test_body_asks_for_output_logprobs_only_greedy_and_fixed_length():
@@ -57,16 +70,44 @@ def test_lengths_that_disagree_are_refused():
         parse(bad)
 
 
-def test_wrong_number_of_tokens_is_refused():
-    with pytest.raises(MalformedResponse, match="expected exactly 4"):
+def test_more_tokens_than_asked_is_refused():
+    with pytest.raises(MalformedResponse, match="expected exactly 2"):
+        parse(response(), n=2)
+
+
+def test_short_ignore_eos_answer_says_the_server_capped_max_new_tokens_with_the_numbers():
+    with pytest.raises(MalformedResponse) as err:
         parse(response(), n=4)
+    message = str(err.value)
+    assert "g0/b1/t2" in message and "capped max_new_tokens" in message
+    assert "3 output tokens" in message and "max_new_tokens 4" in message
+    assert "prompt_tokens 10" in message
 
 
-def test_an_aborted_answer_is_a_server_error_naming_the_abort():
-    obj = response(n=2)
-    obj["meta_info"]["finish_reason"] = {"type": "abort", "message": "Aborted", "status_code": None}
-    with pytest.raises(ServerError, match="g0/b1/t2: the server aborted it after 2 of 3 tokens: Aborted"):
-        parse(obj, n=3)
+def test_abort_without_status_is_an_error_naming_the_servers_message():
+    bad = response(n=1)
+    bad["meta_info"]["finish_reason"] = {"type": "abort", "message": "KV cache pool is full",
+                                         "status_code": None, "err_type": None}
+    with pytest.raises(MalformedResponse, match="g0/b1/t2: the server aborted the request: "
+                                                "KV cache pool is full"):
+        parse(bad)
+
+
+def test_num_retractions_is_read():
+    ok = response()
+    ok["meta_info"]["num_retractions"] = 2
+    assert parse(ok).num_retractions == 2
+
+
+def test_missing_num_retractions_reads_as_zero():
+    assert parse(response()).num_retractions == 0
+
+
+def test_negative_num_retractions_is_refused():
+    bad = response()
+    bad["meta_info"]["num_retractions"] = -1
+    with pytest.raises(MalformedResponse, match="num_retractions"):
+        parse(bad)
 
 
 def test_null_logprob_is_refused():
@@ -157,3 +198,28 @@ def test_any_corruption_parses_or_raises_malformed_response_never_anything_else(
         assert "g0/b1/t2" in str(exc)
         return
     assert len(c.output_ids) == 3 and c.logprobs.dtype == np.float64
+
+
+def _outcome(fn):
+    try:
+        c = fn()
+    except MalformedResponse as exc:
+        return ("error", str(exc))
+    return ("ok", c.output_ids.tolist(), c.logprobs.view(np.uint64).tolist(),
+            None if c.top_ids is None else c.top_ids.tolist(),
+            None if c.top_logprobs is None else c.top_logprobs.view(np.uint64).tolist(),
+            c.cached_tokens, c.cached_details, c.finish_reason, c.prompt_tokens, c.num_retractions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(paths, json_values)
+def test_reading_the_text_typed_agrees_with_the_untyped_parser_on_any_corruption(path, value):
+    """parse_text (typed msgspec fast path) and parse_completion give the same Completion, or the
+    same one-line error, for every corruption of a valid answer."""
+    obj = copy.deepcopy(response())
+    _set_path(obj, path, value)
+    text = json.dumps(obj)
+    from_text = _outcome(lambda: parse_text(text, "g0/b1/t2", max_new_tokens=3, top_k=2,
+                                            vocab_size=100))
+    from_obj = _outcome(lambda: parse(json.loads(text)))
+    assert from_text == from_obj

@@ -8,12 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zarr
 from typer.testing import CliRunner
 
 from cli.main import app
-from replay.journal import journal_path
+from replay.apis.base import Completion
+from replay.journal import decode as journal_decode, encode as journal_encode, journal_path
 from tests.support.stub_server import StubConfig, StubServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,3 +112,19 @@ def test_torn_last_journal_line_is_ignored(scenario, uninterrupted, tmp_path):
         res = runner.invoke(app, record_args(stub.url, scenario, out, "--resume"))
     assert res.exit_code == 0, res.output
     assert array_checksums(out) == array_checksums(uninterrupted)
+
+
+def _completion(retractions: int) -> Completion:
+    return Completion(output_ids=np.array([1, 2], np.int32), logprobs=np.array([-0.5, -1.0]),
+                      top_ids=None, top_logprobs=None, cached_tokens=0,
+                      num_retractions=retractions)
+
+
+def test_journal_keeps_the_retraction_count():
+    assert journal_decode(journal_encode(0, "g0/b0/t0", _completion(2))).num_retractions == 2
+
+
+def test_journal_line_of_an_older_version_reads_zero_retractions():
+    entry = journal_encode(0, "g0/b0/t0", _completion(2))
+    del entry["num_retractions"]
+    assert journal_decode(entry).num_retractions == 0

@@ -20,6 +20,7 @@ from replay.errors import MalformedResponse
 if TYPE_CHECKING:
     from replay.client import ServerClient
 
+
 # The sampling every request uses (greedy, fixed length); stored in each golden.
 SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
 
@@ -81,14 +82,28 @@ def malformed(request_id: str, what: str) -> MalformedResponse:
 
 def number(value: Any, request_id: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise malformed(request_id, f"{where} is {value!r}, not a number")
-    return float(value)
+        raise malformed(request_id, f"{where} is {_short_repr(value)}, not a number")
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range
+        raise malformed(request_id, f"{where} is an integer past float64's range") from None
+
+
+MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32: a larger one would wrap
 
 
 def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
-    """An int in [0, vocab_size), else MalformedResponse."""
+    """An int in [0, vocab_size) (in [0, 2^31) when the server states no vocabulary), else
+    MalformedResponse."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise malformed(request_id, f"{where} is {value!r}, not a token id")
+        raise malformed(request_id, f"{where} is {_short_repr(value)}, not a token id")
     if value < 0 or (vocab_size is not None and value >= vocab_size):
         raise malformed(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
+    if value > MAX_TOKEN_ID:
+        raise malformed(request_id, f"{where} = {value} is outside the token id range [0, 2^31)")
     return value
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -43,8 +43,11 @@ def count(value: Any, request_id: str, where: str) -> int:
 def logprob(value: Any, request_id: str, where: str) -> float:
     """A finite number <= 0 (llama.cpp writes log(0) as the lowest float32, never -inf/null)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise fail(request_id, f"{where} is {value!r}, not a logprob")
-    x = float(value)
+        raise fail(request_id, f"{where} is {str(value)[:40]!r}, not a logprob")
+    try:
+        x = float(value)
+    except OverflowError:  # an integer past float64's range
+        raise fail(request_id, f"{where} is an integer past float64's range") from None
     if not math.isfinite(x) or x > 0.0:
         raise fail(request_id, f"{where} = {value!r} is not a logprob")
     return x

@@ -143,8 +143,8 @@ def _text_id(text: Any, request_id: str, where: str, vocab_size: int | None) -> 
                                "ids cannot be recovered exactly from text (vLLM: it needs "
                                "return_tokens_as_token_ids; otherwise use the server's native API)")
     digits = text[len(ID_PREFIX):]
-    if not digits.isdigit() or not digits.isascii():
-        raise fail(request_id, f"{where} is {text!r}, not token_id:N")
+    if not digits.isdigit() or not digits.isascii() or len(digits) > 12:  # past int32 anyway
+        raise fail(request_id, f"{where} is {text[:40]!r}, not token_id:N with N < 2^31")
     return token_id(int(digits), request_id, where, vocab_size)
 
 

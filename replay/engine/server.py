@@ -27,11 +27,13 @@ from replay.engine.options import EngineOptions
 from replay.engine.radix_cache import CachedTokens
 from replay.engine.sampling import GREEDY, SamplingParams
 from replay.engine.sequence import Sequence
+from replay.engine.top_logprobs import output_top_fields
 
 # /generate fields this engine honours; SGLang 0.5.23's other GenerateRequest fields are refused
 # unless they hold their default; fields SGLang does not know are ignored, as SGLang does.
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len",
-                "top_logprobs_num", "return_text_in_logprobs")
+                "top_logprobs_num", "return_text_in_logprobs",
+                "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64")
 SGLANG_REQUEST_KEYS = frozenset((
     "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
     "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_hidden_states",
@@ -71,6 +73,8 @@ class GenerateArgs:
     top_logprobs_num: int
     sampling: SamplingParams = GREEDY
     logprob_start_len: int = -1  # -1 unless return_logprob asks for prompt logprobs
+    flat_top: bool = False  # return_flat_raw_output_top_logprobs
+    flat_b64: bool = False  # return_flat_raw_top_logprobs_b64
 
 
 def _is_int(value: Any) -> bool:
@@ -168,8 +172,15 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
     want_logprob = _per_request(body, "return_logprob", n, batched, False)
     start_len = _per_request(body, "logprob_start_len", n, batched, -1)
     top_num = _per_request(body, "top_logprobs_num", n, batched, 0)
-    if not isinstance(body.get("return_text_in_logprobs", False), (bool, type(None))):
-        raise BadRequest("return_text_in_logprobs must be a boolean")
+    for key in ("return_text_in_logprobs", "return_flat_raw_output_top_logprobs",
+                "return_flat_raw_top_logprobs_b64"):
+        if not isinstance(body.get(key, False), (bool, type(None))):
+            raise BadRequest(f"{key} must be a boolean")
+    flat = bool(body.get("return_flat_raw_output_top_logprobs"))
+    flat_b64 = bool(body.get("return_flat_raw_top_logprobs_b64"))
+    if flat_b64 and not flat:  # SGLang's own rule (io_struct.py)
+        raise BadRequest("return_flat_raw_top_logprobs_b64 requires "
+                         "return_flat_raw_output_top_logprobs")
     requests = []
     for i in range(n):
         if not isinstance(want_logprob[i], bool):
@@ -180,7 +191,7 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
             raise BadRequest("top_logprobs_num must be an integer >= 0")
         params, max_new = _sampling(sampling[i])
         requests.append(GenerateArgs(prompts[i], max_new, want_logprob[i], top_num[i], params,
-                                     start_len[i] if want_logprob[i] else -1))
+                                     start_len[i] if want_logprob[i] else -1, flat, flat_b64))
     return requests, batched
 
 
@@ -280,7 +291,8 @@ class EngineApp:
             if args.top_logprobs_num > 0:
                 meta["input_top_logprobs"] = ([None] + _top_rows(seq.input_top)
                                               if seq.wants_prompt_logprobs else [])
-                meta["output_top_logprobs"] = _top_rows(seq.output_top)
+                meta.update(output_top_fields(seq.output_top, args.top_logprobs_num,
+                                              flat=args.flat_top, b64=args.flat_b64))
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = n
         meta["cached_tokens"] = self.engine.faults.reported_cached(tiers.total, seq.prompt_len)

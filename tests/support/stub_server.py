@@ -37,6 +37,12 @@ class StubConfig:
     extra_model_info: dict[str, Any] = field(default_factory=dict)
     auth_status: int | None = None  # every endpoint answers this status (e.g. 401)
     retractions: int = 0  # num_retractions reported for every /generate answer
+    raw_bytes: bytes | None = None  # every /generate answers these bytes verbatim
+    raw_encoding: str | None = None  # ... with this Content-Encoding (e.g. gzip)
+    redirect: str | None = None  # every /generate answers 307 to this location
+    endless: bool = False  # every /generate streams a body that never ends
+    state_vocab: bool = True  # /server_info and /model_info name vocab_size
+    echo_auth: int | None = None  # every /generate answers this status, echoing Authorization
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -114,6 +120,22 @@ class StubServer:
             await resp.write(b'{"text": "", "output_ids": [1, 2')
             request.transport.close()
             return resp
+        if self.config.echo_auth:
+            auth = request.headers.get("Authorization") or ""
+            return web.Response(status=self.config.echo_auth,
+                                text=f"rejected {auth}; key was {auth.split()[-1] if auth else ''}")
+        if self.config.redirect:
+            raise web.HTTPTemporaryRedirect(self.config.redirect)
+        if self.config.raw_bytes is not None:
+            headers = {"Content-Encoding": self.config.raw_encoding} if self.config.raw_encoding else {}
+            return web.Response(body=self.config.raw_bytes, content_type="application/json",
+                                headers=headers)
+        if self.config.endless:
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            await resp.write(b'{"text": "')
+            while True:
+                await resp.write(b"x" * 65536)
         if self.config.fail_status:
             return web.Response(status=self.config.fail_status, text="stub failure")
         if self.config.raw_body is not None:
@@ -133,12 +155,16 @@ class StubServer:
         info = {"model_path": self.config.model_path, "page_size": self.config.page_size,
                 "disable_radix_cache": not self.config.radix, "vocab_size": self.config.vocab_size,
                 **self.config.extra_server_info}
+        if not self.config.state_vocab:
+            info.pop("vocab_size")
         return web.json_response(info)
 
     async def _model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({"model_path": self.config.model_path,
-                                  "vocab_size": self.config.vocab_size,
-                                  **self.config.extra_model_info})
+        info = {"model_path": self.config.model_path, "vocab_size": self.config.vocab_size,
+                **self.config.extra_model_info}
+        if not self.config.state_vocab:
+            info.pop("vocab_size")
+        return web.json_response(info)
 
     async def _clear_storage(self, request: web.Request) -> web.Response:
         self.storage_clears.append(request.headers.get("Authorization"))
