@@ -36,10 +36,18 @@ def serve(
     model: str = typer.Option(None, "--model", help="Model config: tiny (default), small, medium.", show_default=False),
     seed: int = typer.Option(None, "--seed", help="Weight seed (default 0).", show_default=False),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads (1 is fastest for this model; bits never depend on it)."),
+    frontend: str = typer.Option("engine", "--frontend", help="engine: the engine's own HTTP server; sglang: SGLang's real HTTP server with the engine as its scheduler (bash scripts/install_sglang.sh first)."),
+    api_key: str = typer.Option(None, "--api-key", help="--frontend sglang only: SGLang's --api-key.", show_default=False),
 ) -> None:
     """Serve the embedded reference engine over SGLang's protocol until Ctrl-C."""
     if threads < 1:
         raise UsageError("--threads must be >= 1")
+    if frontend not in ("engine", "sglang"):
+        raise UsageError(f"--frontend must be engine or sglang, not {frontend!r}")
+    if frontend == "sglang":
+        raise typer.Exit(serve_sglang_frontend(profile, host, port, fault, device, model, seed, api_key))
+    if api_key is not None:
+        raise UsageError("--api-key needs --frontend sglang (the engine's own server has no keys)")
     _, server, _ = engine_modules()
     import torch
 
@@ -49,6 +57,28 @@ def serve(
         server.serve(opts)
     except OSError as exc:
         raise UsageError(f"cannot serve on {host}:{port}: {exc}") from None
+
+
+def serve_sglang_frontend(profile: str, host: str, port: int, fault: str | None,
+                          device: str | None, model: str | None, seed: int | None,
+                          api_key: str | None) -> int:
+    """Run `python -m replay.sglang_frontend` in the foreground (it finds SGLang's venv itself)."""
+    import subprocess
+    import sys
+
+    engine_options(profile, host=host, port=port, fault=fault, model=model, seed=seed)  # checks
+    if device not in (None, "cpu"):
+        raise UsageError("--frontend sglang runs the engine on cpu only")
+    argv = [sys.executable, "-m", "replay.sglang_frontend", "--profile", profile, "--host", host,
+            "--port", str(port)]
+    for flag, value in (("--fault", fault), ("--model", model), ("--seed", seed),
+                        ("--api-key", api_key)):
+        if value is not None:
+            argv += [flag, str(value)]
+    try:
+        return subprocess.call(argv)
+    except KeyboardInterrupt:
+        return 0
 
 
 def demo(

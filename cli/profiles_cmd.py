@@ -28,7 +28,7 @@ def profiles(ctx: typer.Context) -> None:
 
     table = Table(title="built-in launch profiles")
     for column in ("name", "needs", "description"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "name")  # a name is copied whole
     for p in builtin_profiles():
         needs = ", ".join(f"--{r}" for r in p.required) or "-"
         table.add_row(p.name, needs, p.description)

@@ -7,6 +7,19 @@ cd "$(dirname "$0")/.."
 # Python packages: the CPU build of torch that this workplace keeps on disk, then the project.
 python3 -m pip install --quiet "torch==2.13.0" -e ".[engine,test]"
 
+# SGLang 0.5.23 (its HTTP front end, parser and test kit) for tests/test_sglang_*.py and
+# tests/test_peer_suite.py, in a venv of its own that sees every package above
+# (${GOLDEN_SGLANG_VENV:-$HOME/.cache/golden-replay/sglang-venv}, 1.5 GB; first run about 3 min,
+# then well under a second). The suite then runs on that venv's Python, so SGLang is importable in
+# the tests while the system environment keeps llama.cpp's transformers pin. Without it those
+# tests skip, naming this script.
+PYTEST_PYTHON=python3
+if bash scripts/install_sglang.sh; then
+    PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
+else
+    echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
+fi
+
 # Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -28,4 +41,4 @@ if [ -x "$LLAMA_CACHE/llama-server" ]; then
         || echo "note: the tiny GGUF models could not be made: llama.cpp tests will skip" >&2
 fi
 
-python3 -m pytest -q "$@"
+"$PYTEST_PYTHON" -m pytest -q "$@"

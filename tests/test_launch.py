@@ -77,7 +77,8 @@ def render_builtin(name: str, **kw):
 def test_every_builtin_profile_is_listed():
     llamacpp = {"llamacpp-reference", "llamacpp-cached"}
     assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp
-                                            | {f"embedded-{p}" for p in EMBEDDED})
+                                            | {f"embedded-{p}" for p in EMBEDDED}
+                                            | {f"embedded-sglang-{p}" for p in EMBEDDED})
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SGLANG_ARGV))
@@ -107,6 +108,16 @@ def test_embedded_profiles_run_the_engine_with_optional_model_and_fault(engine_p
     assert render_builtin(name, model="tiny", fault="stale-host-page").argv == base + [
         "--model", "tiny", "--fault", "stale-host-page"]
     assert Path(render_builtin(name, model=None).cwd, "replay", "engine").is_dir()
+
+
+@pytest.mark.parametrize("engine_profile", EMBEDDED)
+def test_embedded_sglang_profiles_run_the_sglang_front_end_with_the_same_engine_profile(engine_profile):
+    base = [PY, "-m", "replay.sglang_frontend", "--profile", engine_profile, "--host", "127.0.0.1",
+            "--port", "30000"]
+    name = f"embedded-sglang-{engine_profile}"
+    assert render_builtin(name, model=None).argv == base
+    assert render_builtin(name, model="tiny", fault="host-bf16").argv == base + [
+        "--model", "tiny", "--fault", "host-bf16"]
 
 
 def test_a_fault_is_refused_by_a_profile_that_cannot_inject_it():

@@ -31,6 +31,7 @@ from replay.engine.storage_tier import FileStorage
 
 VERSION = "golden-replay-engine 0.1.0"
 OnFinish = Callable[[Sequence], None]
+OnStep = Callable[[list[Sequence]], None]
 
 
 class ModelRunner:
@@ -76,8 +77,13 @@ class EngineBusy(RuntimeError):
 
 
 class LLMEngine:
-    def __init__(self, options: EngineOptions, model: HybridModel | None = None) -> None:
+    """`on_step`, if given, runs on the engine thread after each step's results are processed,
+    with that step's sequences (a front end that streams partial outputs uses it)."""
+
+    def __init__(self, options: EngineOptions, model: HybridModel | None = None,
+                 on_step: OnStep | None = None) -> None:
         self.options = options
+        self._on_step = on_step
         self.model = model or HybridModel(get_config(options.model), options.seed, options.device)
         config = self.model.config
         self.faults = Faults(options.fault)
@@ -202,11 +208,11 @@ class LLMEngine:
                         raise RuntimeError(f"{self.scheduler.busy} requests wait but none fits")
                     continue
                 if self._worker is None:
-                    self.scheduler.process(self.runner.run(batch))
+                    self._process(self.runner.run(batch))
                     continue
                 launched = self._worker.submit(self.runner.run, batch) if batch else None
                 if in_flight is not None:
-                    self.scheduler.process(in_flight.result())
+                    self._process(in_flight.result())
                 in_flight = launched
             except Exception as exc:  # a bug or a model error: fail everything, start clean
                 wait([f for f in (in_flight, launched) if f is not None])
@@ -215,6 +221,11 @@ class LLMEngine:
         if in_flight is not None:
             wait([in_flight])
         self._fail_all("engine stopped")
+
+    def _process(self, output: StepOutput) -> None:
+        self.scheduler.process(output)
+        if self._on_step is not None:
+            self._on_step([chunk.seq for chunk in output.batch.chunks])
 
     def _drain_inbox(self, block: bool) -> bool:
         """Take new requests and commands; False when told to stop."""

@@ -1,0 +1,39 @@
+"""Where SGLang lives: its own virtual environment, made by scripts/install_sglang.sh.
+
+SGLang 0.5.23 needs transformers 5.x while the rest of the project (llama.cpp's converter) pins
+4.57.6, so SGLang gets a venv of its own that sees the system's packages (the CPU torch among them)
+and shadows only what it must. Nothing here imports SGLang.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+PYTHON_ENV = "GOLDEN_SGLANG_PYTHON"  # an interpreter that imports sglang (overrides the venv)
+VENV_ENV = "GOLDEN_SGLANG_VENV"
+
+
+def default_venv() -> Path:
+    return Path(os.environ.get(VENV_ENV) or Path.home() / ".cache/golden-replay/sglang-venv")
+
+
+def sglang_python() -> str | None:
+    """An interpreter with SGLang installed, or None: GOLDEN_SGLANG_PYTHON, else the venv of
+    install_sglang.sh, else this interpreter if it imports sglang."""
+    given = os.environ.get(PYTHON_ENV)
+    if given:
+        return given
+    venv_python = default_venv() / "bin" / "python"
+    if venv_python.exists():
+        return str(venv_python)
+    if importlib.util.find_spec("sglang") is not None:
+        return sys.executable
+    return None
+
+
+def install_hint() -> str:
+    return ("SGLang is not installed: run `bash scripts/install_sglang.sh` (a venv in "
+            f"{default_venv()}), or set {PYTHON_ENV} to a Python that imports sglang 0.5.23")

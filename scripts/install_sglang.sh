@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Install SGLang 0.5.23's HTTP front end for `golden serve --frontend sglang` and the
+# embedded-sglang-* launch profiles: sglang with --no-deps plus exactly the packages its HTTP
+# server, TokenizerManager and DetokenizerManager import, on the CPU torch already installed.
+#
+# Where: a virtual environment of its own, ${GOLDEN_SGLANG_VENV:-~/.cache/golden-replay/sglang-venv},
+# made with --system-site-packages so it uses the system's torch (and every other package already
+# there) and shadows only what SGLang needs newer: SGLang 0.5.23 needs transformers 5.x, while the
+# llama.cpp converter (scripts/build_llama_server.sh) pins transformers 4.57.6 in the system
+# environment, so one environment for both would reinstall one of them on every run.
+# torchvision is replaced by a stub (scripts/sglang_stubs/torchvision: SGLang imports it only for
+# vision-model configs, and the PyPI wheel cannot load beside the CPU torch build).
+#
+# Safe to run again: a second run checks the installed versions and exits (well under a second).
+# `--python` prints the venv's interpreter. The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+PY="${PYTHON:-python3}"
+VENV="${GOLDEN_SGLANG_VENV:-$HOME/.cache/golden-replay/sglang-venv}"
+VPY="$VENV/bin/python"
+
+# Exactly what the front end imports (found by importing sglang.srt.entrypoints.http_server,
+# the tokenizer and detokenizer managers until nothing was missing), pinned where SGLang pins.
+PACKAGES=(
+    "transformers==5.19.0" "compressed-tensors==0.18.0" "xgrammar==0.2.7" "openai==2.8.0"
+    "apache-tvm-ffi==0.1.11" "soundfile==0.13.1" "fastapi" "uvicorn" "uvloop" "python-multipart"
+    "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
+    "partial-json-parser"
+)
+SGLANG="sglang==0.5.23"
+STAMP="$VENV/.golden-sglang-installed"
+WANT="$SGLANG ${PACKAGES[*]} stub-1"
+
+if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
+    echo "$VPY"
+    exit 0
+fi
+if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+    echo "install_sglang: already installed in $VENV ($(( $(date +%s) - START )) s)"
+    exit 0
+fi
+
+TORCH="$("$PY" -c 'import torch; print(torch.__version__)')" || {
+    echo "install_sglang: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
+"$PY" -m venv --system-site-packages "$VENV"
+# pip must never replace the CPU torch: pin the installed build as a constraint.
+CONSTRAINTS="$VENV/golden-constraints.txt"
+echo "torch==$TORCH" > "$CONSTRAINTS"
+"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
+"$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "$SGLANG"
+SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+rm -rf "$SITE/torchvision"
+cp -r scripts/sglang_stubs/torchvision "$SITE/torchvision"
+# The check that matters: SGLang's HTTP server imports, with the system's torch.
+"$VPY" - "$TORCH" <<'PY'
+import sys, warnings
+warnings.simplefilter("ignore")
+import torch
+import sglang.srt.entrypoints.http_server  # noqa: F401
+from sglang.srt.managers import detokenizer_manager, tokenizer_manager  # noqa: F401
+assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
+PY
+echo "$WANT" > "$STAMP"
+echo "install_sglang: installed $SGLANG in $VENV ($(( $(date +%s) - START )) s)"
