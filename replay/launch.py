@@ -251,7 +251,7 @@ def attention_choice(profile: LaunchProfile, given: str | None,
 def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
              fault: str | None = None, extra_args: Sequence[str] = (),
              host: str = LOOPBACK, attention_backend: str | None = None,
-             notify: Notify | None = None) -> Iterator[str]:
+             notify: Notify | None = None, api_key: str | None = None) -> Iterator[str]:
     """Start the profile's server, yield its base URL once it answers, always stop it.
 
     A GoldenError raised by the caller while the server has meanwhile died is re-raised as a
@@ -271,7 +271,7 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
         proc = start_process(rendered, log_path, profile.name)
         dog.watch(proc.pid)  # from here the server dies with us, even on SIGKILL
         try:
-            wait_until_ready(proc, url, profile, log_path)
+            wait_until_ready(proc, url, profile, log_path, api_key)
             try:
                 yield url
             except GoldenError as exc:
@@ -295,9 +295,10 @@ def scratch_directory(parent: Path, name: str) -> Iterator[Path]:
 
 def server_for(server: str | None, launch: str | None, model: str | None, log_dir: Path, *,
                fault: str | None = None, extra_args: Sequence[str] = (),
-               attention_backend: str | None = None,
-               notify: Notify | None = None) -> ContextManager[str]:
+               attention_backend: str | None = None, notify: Notify | None = None,
+               api_key: str | None = None) -> ContextManager[str]:
     """`--server URL` or `--launch PROFILE` (exactly one) as a context manager yielding a URL.
+    `api_key` goes with the launched server's warm-up request (a server started with one).
 
     The profile is loaded and its values checked here, before anything starts, so a typo or a
     missing --model is reported at once.
@@ -313,7 +314,7 @@ def server_for(server: str | None, launch: str | None, model: str | None, log_di
     check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
     return launched(profile, model=model, log_path=Path(log_dir) / f"{profile.name}.log",
                     fault=fault, extra_args=extra_args, attention_backend=attention_backend,
-                    notify=notify)
+                    notify=notify, api_key=api_key)
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -344,12 +345,13 @@ def start_process(rendered: Rendered, log_path: Path, name: str) -> subprocess.P
 
 
 def wait_until_ready(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile,
-                     log_path: Path) -> None:
-    """Health, then the warm-up, both within the profile's startup timeout."""
+                     log_path: Path, api_key: str | None = None) -> None:
+    """Health, then the warm-up (with the API key, for a server that wants one), both within the
+    profile's startup timeout."""
     deadline = time.monotonic() + profile.startup_timeout
     wait_until_healthy(proc, url, profile, deadline, log_path)
     if profile.warmup:
-        warm_up(proc, url, profile, deadline, log_path)
+        warm_up(proc, url, profile, deadline, log_path, api_key)
     if proc.poll() is not None:  # whatever answered, it was not our server (e.g. a port race)
         raise ServerError(died_message(profile, proc, log_path, "while starting"))
 
@@ -370,11 +372,12 @@ def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchP
 
 
 def warm_up(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile, deadline: float,
-            log_path: Path) -> None:
+            log_path: Path, api_key: str | None = None) -> None:
     """One tiny generation, asked as the profile's API adapter asks: a healthy server that cannot
     generate should fail here, not mid-replay."""
     path, body = get_api(profile.api).request(np.array(profile.warmup_input_ids, dtype=np.int32), 1, 0)
-    status = http_status("POST", url + path, body=body, timeout=max(30.0, _left(deadline)))
+    status = http_status("POST", url + path, body=body, timeout=max(30.0, _left(deadline)),
+                         api_key=api_key)
     if status == 200:
         return
     if proc.poll() is not None:
@@ -384,12 +387,15 @@ def warm_up(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile, dea
                       f"{log_tail_text(log_path)}")
 
 
-def http_status(method: str, url: str, *, timeout: float, body: Any = None) -> int | None:
+def http_status(method: str, url: str, *, timeout: float, body: Any = None,
+                api_key: str | None = None) -> int | None:
     """The HTTP status of one exchange, or None when nothing answered. Proxies are bypassed:
     the server is on loopback, and an environment's HTTP(S)_PROXY must not intercept it."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+    headers = {"Content-Type": "application/json"} if data else {}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=max(0.1, timeout)) as resp:

@@ -140,7 +140,7 @@ def minimize_golden(golden_path: Path, target: ServerTarget, out: Path,
     failing = read_failing_report(report, golden) if report else None
     say = progress or (lambda line: None)
     started, first = time.monotonic(), 0
-    with target.serving() as url:
+    with target.serving(settings.client.api_key) as url:
         server = ServerTarget(url=url)
         if failing is None:
             first = 1

@@ -72,13 +72,14 @@ class ServerTarget:
         name = str(self.profile)
         return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
 
-    def serving(self) -> ContextManager[str]:
-        """A context yielding the URL: the given one, or a launched server's (always stopped)."""
+    def serving(self, api_key: str | None = None) -> ContextManager[str]:
+        """A context yielding the URL: the given one, or a launched server's (always stopped;
+        `api_key` goes with its warm-up request, for a server started with one)."""
         from replay.launch import server_for  # subprocess machinery only when launching
 
         return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
                           extra_args=self.extra_args, attention_backend=self.attention_backend,
-                          notify=self.notify)
+                          notify=self.notify, api_key=api_key)
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
@@ -113,7 +114,7 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
     secrets = known_secrets(client, target)
     try:
         loaded = load_golden(golden, shard)
-        with target.serving() as url:
+        with target.serving(client.api_key) as url:
             server = redact_url(url)
             total = len(loaded.requests) * options.repeat
             with _progress(progress, f"replay {Path(name).name}", total) as tick:
@@ -215,7 +216,7 @@ def record_in_memory(plan: Plan, target: ServerTarget, options: RecordOptions = 
                      progress: ProgressBar | None = None, notify: Notify | None = None,
                      journal_at: Path | None = None, resume: bool = False) -> Golden:
     """Record `plan` against the target and return the golden without writing it."""
-    with secrets_scrubbed(known_secrets(client, target)), target.serving() as url:
+    with secrets_scrubbed(known_secrets(client, target)), target.serving(client.api_key) as url:
         total = len(plan.requests) * options.check_determinism
         with _progress(progress, f"record {plan.spec.name}", total) as tick:
             return aio.run(_record(url, plan, options, client, api, tick, notify, journal_at,

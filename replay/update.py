@@ -91,7 +91,7 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
         return results
 
     secrets = known_secrets(client_options or ClientOptions(), target)
-    with secrets_scrubbed(secrets), target.serving() as url:
+    with secrets_scrubbed(secrets), target.serving((client_options or ClientOptions()).api_key) as url:
         return aio.run(go(url))
 
 

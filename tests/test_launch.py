@@ -376,3 +376,31 @@ def test_a_profile_names_the_api_whose_adapter_builds_its_warm_up():
 def test_a_profile_with_an_unknown_api_is_refused():
     with pytest.raises(UsageError, match="unknown --api 'grpc'"):
         parse_profile('command = ["x"]\napi = "grpc"\n', default_name="p", source="p.toml")
+
+
+def test_the_warm_up_carries_the_api_key_for_a_server_started_with_one():
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen.append(self.headers.get("Authorization"))
+            ok = self.headers.get("Authorization") == "Bearer k3y"
+            self.send_response(200 if ok else 401)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}"
+    try:
+        assert http_status("POST", url + "/generate", body={}, timeout=5) == 401
+        assert http_status("POST", url + "/generate", body={}, timeout=5, api_key="k3y") == 200
+    finally:
+        httpd.shutdown()
+    assert seen == [None, "Bearer k3y"]
