@@ -15,6 +15,7 @@ from cli.main import app
 from replay.errors import UsageError
 from replay.journal import Journal, journal_path
 from tests.data.fake_servers.helpers import fake_profile
+from tests.support.goldens import record_single
 from tests.support.stub_server import StubConfig, StubServer
 
 runner = CliRunner()
@@ -23,12 +24,7 @@ SECRET = "sk-careless-0a1b2c3d4e5f6789"
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("g") / "single.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
-                                  "--out", str(out), "-q"])
-    assert res.exit_code == 0, res.output
-    return out
+    return record_single(tmp_path_factory)
 
 
 def error_line(res) -> str:

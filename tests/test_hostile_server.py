@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from tests.support.goldens import record_single
 from tests.support.stub_server import StubConfig, StubServer
 
 runner = CliRunner()
@@ -21,12 +22,7 @@ SECRET = "sk-hostile-5f1e2d3c4b5a6978"
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("g") / "single.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
-                                  "--out", str(out), "-q"])
-    assert res.exit_code == 0, res.output
-    return out
+    return record_single(tmp_path_factory)
 
 
 def replay(golden: Path, config: StubConfig, *extra: str, env=None, url=None):

@@ -15,25 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
 from replay.process_group import group_members
 from tests.data.fake_servers.helpers import FAKE_DIR
-from tests.support.stub_server import StubConfig, StubServer
+from tests.support.goldens import record_single
 
 ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("g") / "single.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
-                                  "--out", str(out), "-q"])
-    assert res.exit_code == 0, res.output
-    return out
+    return record_single(tmp_path_factory)
 
 
 def wrapped_profile(tmp_path: Path, script: str, *args: str, stop_timeout: float = 3.0) -> Path:
