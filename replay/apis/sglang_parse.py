@@ -26,6 +26,7 @@ the flat form and answers with nested lists):
 from __future__ import annotations
 
 import binascii
+from collections.abc import Iterable
 from itertools import chain
 from typing import Any, Optional, TypeVar, Union
 
@@ -273,11 +274,10 @@ def _token_ids(values: list[Any], request_id: str, vocab_size: int | None) -> np
                      for i, t in enumerate(values)], dtype=np.int32)
 
 
-def _fast_token_logprobs(entries: list[Any], output_ids: np.ndarray) -> np.ndarray | None:
-    """The common, well-formed case in a few C-speed passes; None when anything is unusual."""
-    if not entries:
-        return np.zeros(0, dtype=np.float64)
-    try:  # columns; an entry that is no list shows up in the column types below
+def _number_and_id_columns(entries: Iterable[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The logprob and token-id columns of `[logprob, id, text]` entries when every logprob is
+    a number and every id an int; None when anything is unusual (the slow path names it)."""
+    try:  # an entry that is no list shows up in the column types below
         columns = list(zip(*entries))
     except TypeError:
         return None
@@ -286,6 +286,17 @@ def _fast_token_logprobs(entries: list[Any], output_ids: np.ndarray) -> np.ndarr
     values, tokens = columns[:2]
     if not set(map(type, values)) <= _NUMBER_TYPES or set(map(type, tokens)) != {int}:
         return None
+    return values, tokens
+
+
+def _fast_token_logprobs(entries: list[Any], output_ids: np.ndarray) -> np.ndarray | None:
+    """The common, well-formed case in a few C-speed passes; None when anything is unusual."""
+    if not entries:
+        return np.zeros(0, dtype=np.float64)
+    columns = _number_and_id_columns(entries)
+    if columns is None:
+        return None
+    values, tokens = columns
     if not np.array_equal(np.array(tokens, dtype=np.int64), output_ids):
         return None
     return np.array(values, dtype=np.float64)
@@ -329,15 +340,10 @@ def _fast_nested_top(
         return np.zeros((0, k), np.int32), np.zeros((0, k), np.float64)
     if set(map(type, rows)) != {list} or set(map(len, rows)) != {k}:
         return None
-    try:
-        columns = list(zip(*chain.from_iterable(rows)))
-    except TypeError:
+    columns = _number_and_id_columns(chain.from_iterable(rows))
+    if columns is None:
         return None
-    if len(columns) < 2:
-        return None
-    values, tokens = columns[:2]
-    if not set(map(type, values)) <= _NUMBER_TYPES or set(map(type, tokens)) != {int}:
-        return None
+    values, tokens = columns
     ids = np.array(tokens, dtype=np.int64).reshape(n, k)
     if not _ids_ok(ids, vocab_size):
         return None
