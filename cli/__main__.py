@@ -1,5 +1,5 @@
-"""`python -m cli` runs the `golden` command (same as the installed console script)."""
+"""`python -m golden_cli` runs the `golden` command (same as the installed console script)."""
 
-from cli.main import app
+from golden_cli.main import app
 
 app(prog_name="golden")

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from replay.errors import UsageError
+from replay.utils.errors import UsageError
 
 
 def engine_modules() -> Any:
@@ -90,13 +90,13 @@ def demo(
 ) -> None:
     """The whole loop on the embedded engine: serve `reference`, record, serve `hicache`
     (host tier, overlap scheduling), replay, report. Exit 0 pass, 1 fail, 2 error."""
-    from cli import render
-    from cli.options import progress_bars
-    from cli.replay_cmd import replay_and_report
-    from replay.client import ClientOptions
-    from replay.replayer import ReplayOptions
-    from replay.scenario import build_plan, load_scenario
-    from replay.session import ServerTarget, record_golden
+    from golden_cli import render
+    from golden_cli.options import progress_bars
+    from golden_cli.replay_cmd import replay_and_report
+    from replay.server.transport import ClientOptions
+    from replay.run.replayer import ReplayOptions
+    from replay.golden.scenario import build_plan, load_scenario
+    from replay.jobs.session import ServerTarget, record_golden
 
     engine_modules()  # a clear error now if torch is missing
     spec = load_scenario(scenario)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from cli.options import PolicyOpt
+from golden_cli.options import PolicyOpt
 
 
 def show(
@@ -15,8 +15,8 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Summarize a golden: scenario, source, and the conversation tree."""
-    from cli import render
-    from replay.golden_store import golden_summary, read_golden
+    from golden_cli import render
+    from replay.golden.store import golden_summary, read_golden
 
     summary = golden_summary(golden_path)
     if as_json:
@@ -28,8 +28,8 @@ def show(
 def verify(golden_path: Path = typer.Argument(..., metavar="GOLDEN")) -> None:
     """Check a golden's integrity (schema, arrays, checksums) and meaning (a conversation tree of
     log-probabilities with something to compare). Exit 2 if anything is wrong."""
-    from cli import render
-    from replay.golden_meaning import verify_meaning
+    from golden_cli import render
+    from replay.golden.meaning import verify_meaning
 
     problems = verify_meaning(golden_path)
     if problems:
@@ -46,11 +46,11 @@ def diff(
     report: Path = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
 ) -> None:
     """Compare two goldens of the same scenario by the replay rules (A is the reference)."""
-    from cli import render
-    from replay.diff import Policy
-    from replay.golden_compare import compare_goldens
-    from replay.golden_store import read_golden
-    from replay.report_files import write_reports
+    from golden_cli import render
+    from replay.judge.diff import Policy
+    from replay.run.compare import compare_goldens
+    from replay.golden.store import read_golden
+    from replay.report.files import write_reports
 
     doc = compare_goldens(read_golden(a), read_golden(b), str(a), str(b), Policy.parse(policy))
     write_reports(doc, report=report)
@@ -60,6 +60,6 @@ def diff(
 
 def scenarios() -> None:
     """List the built-in scenarios and their parameters."""
-    from cli import render
+    from golden_cli import render
 
     render.print_whole(render.scenarios_table())

@@ -11,7 +11,7 @@ import os
 
 import typer
 
-from cli import (
+from golden_cli import (
     engine_cmds,
     golden_cmds,
     matrix_cmd,
@@ -22,7 +22,7 @@ from cli import (
     report_cmd,
     update_cmd,
 )
-from cli.options import DEBUG_ENV, exits_cleanly
+from golden_cli.options import DEBUG_ENV, exits_cleanly
 
 app = typer.Typer(
     help=__doc__,

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from cli import options as o
+from golden_cli import options as o
 
 EXIT_CODES = {"pass": 0, "fail": 1}
 TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywhere are listed
@@ -44,9 +44,9 @@ def matrix(
     quiet: bool = o.QuietOpt,
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
-    from replay.matrix import LaunchSettings, matrix_junit, run_matrix
-    from replay.report_files import remove_stale, write_reports
-    from replay.shard import parse_shard
+    from replay.jobs.matrix import LaunchSettings, matrix_junit, run_matrix
+    from replay.report.files import remove_stale, write_reports
+    from replay.golden.shard import parse_shard
 
     options = o.replay_options(policy, schedule, repeat, require_tier, expect_cache,
                                allow_model_mismatch, allow_numerics_mismatch)
@@ -72,7 +72,7 @@ def matrix(
 def print_matrix(doc: dict[str, Any]) -> None:
     """The request x profile table (or, on a narrow terminal, one line per failing request),
     then one verdict line per profile and the matrix verdict."""
-    from cli import render
+    from golden_cli import render
 
     if render.is_wide(100):
         table = matrix_table(doc)
@@ -123,7 +123,7 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Any:
 
 
 def failure_lines(doc: dict[str, Any]) -> list[str]:
-    from replay.report_views import first_failure_lines
+    from replay.report.views import first_failure_lines
 
     lines = []
     for name in doc["matrix"]["profiles"]:
@@ -134,7 +134,7 @@ def failure_lines(doc: dict[str, Any]) -> list[str]:
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     names = doc["matrix"]["profiles"]
     reports = doc["matrix"]["reports"]
-    from replay.report_views import verdict_line
+    from replay.report.views import verdict_line
 
     lines = [f"{name}: {verdict_line(reports[name])}" for name in names]
     counts = {v: sum(1 for n in names if reports[n]["verdict"] == v) for v in ("pass", "fail", "error")}

@@ -1,5 +1,5 @@
 """`golden minimize`: shrink a failing replay to the smallest repro that still fails the same way
-(one library call, replay.minimize_session; the search itself is replay.minimize).
+(one library call, replay.jobs.minimize_session; the search itself is replay.jobs.minimize).
 
 Exit codes: 0 a repro was written, 2 error (including a start that does not fail, or a failure
 that went away on a rerun: flaky).
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from cli.options import (
+from golden_cli.options import (
     AdminApiKeyOpt,
     AllowNumericsMismatchOpt,
     ApiKeyOpt,
@@ -67,9 +67,9 @@ def minimize(
     quiet: bool = QuietOpt,
 ) -> None:
     """Shrink a failing replay to the smallest one that still fails the same way."""
-    from cli import render
-    from replay.minimize import parse_budget
-    from replay.minimize_session import Failure, MinimizeSettings, check_out_dir, minimize_golden
+    from golden_cli import render
+    from replay.jobs.minimize import parse_budget
+    from replay.jobs.minimize_session import Failure, MinimizeSettings, check_out_dir, minimize_golden
 
     if failure is not None:
         Failure(failure)  # a bad class is an error before any replay

@@ -29,7 +29,7 @@ def exits_cleanly(fn: F, *, signals: bool = True) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from replay.errors import GoldenError
+        from replay.utils.errors import GoldenError
 
         try:
             with signals_interrupt() if signals else contextlib.nullcontext():
@@ -81,7 +81,7 @@ def signals_interrupt() -> Iterator[None]:
 
 
 def fail(line: str, code: int = 2) -> None:
-    from cli import render
+    from golden_cli import render
 
     render.err.print(line, markup=False)
     raise typer.Exit(code)
@@ -90,7 +90,7 @@ def fail(line: str, code: int = 2) -> None:
 def notify_stderr(quiet: bool = False) -> Callable[[str], None]:
     def notify(line: str) -> None:
         if not quiet or line.startswith("warning:"):
-            from cli import render
+            from golden_cli import render
 
             render.err.print(line, markup=False)
 
@@ -99,7 +99,7 @@ def notify_stderr(quiet: bool = False) -> Callable[[str], None]:
 
 def progress_bars(quiet: bool) -> Any:
     """The library's ProgressBar callback: a rich bar on stderr, or nothing when quiet."""
-    from cli import render
+    from golden_cli import render
 
     return lambda label, total: render.progress_bar(label, total, quiet)
 
@@ -132,7 +132,7 @@ GoldenArg = typer.Argument(..., metavar="GOLDEN", help="A golden written by `gol
 
 def client_options(concurrency: int, timeout: float, api_key: str | None = None,
                    admin_api_key: str | None = None) -> Any:
-    from replay.client import ClientOptions
+    from replay.server.transport import ClientOptions
 
     return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key,
                          admin_api_key=admin_api_key)
@@ -141,7 +141,7 @@ def client_options(concurrency: int, timeout: float, api_key: str | None = None,
 def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,
                    expect_cache: str, allow_model_mismatch: bool,
                    allow_numerics_mismatch: bool = False) -> Any:
-    from replay.replayer import ReplayOptions
+    from replay.run.replayer import ReplayOptions
 
     return ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
                          expect_cache=expect_cache, require_tier=require_tier,
@@ -154,7 +154,7 @@ def server_target(server: str | None, launch: str | None, model: str | None, log
                   attention_backend: str | None = None) -> Any:
     """Where the server is. A launch's choices (the pinned attention backend) go to stderr
     even with --quiet: which kernels ran is part of every result."""
-    from replay.session import ServerTarget
+    from replay.jobs.session import ServerTarget
 
     return ServerTarget(url=server, profile=launch, model=model, log_dir=log_dir, fault=fault,
                         extra_args=tuple(server_arg or ()), attention_backend=attention_backend,

@@ -23,8 +23,8 @@ def profiles(ctx: typer.Context) -> None:
         return
     from rich.table import Table
 
-    from cli import render
-    from replay.launch import builtin_profiles
+    from golden_cli import render
+    from replay.server.launch import builtin_profiles
 
     table = Table(title="built-in launch profiles")
     for column in ("name", "needs", "description"):
@@ -45,10 +45,10 @@ def show(
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Log directory to show."),
 ) -> None:
     """Print the exact command (shell-quoted) and environment a profile launches."""
-    from cli import render
-    from replay.errors import GoldenError
-    from replay.launch import attention_choice, load_profile
-    from replay.launch import render as render_profile
+    from golden_cli import render
+    from replay.utils.errors import GoldenError
+    from replay.server.launch import attention_choice, load_profile
+    from replay.server.launch import render as render_profile
 
     notes: list[str] = []
     try:

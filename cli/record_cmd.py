@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from cli.options import (
+from golden_cli.options import (
     AttentionBackendOpt,
     ApiKeyOpt,
     ApiOpt,
@@ -51,9 +51,9 @@ def record(
 ) -> None:
     """Record reference outputs of a scenario into a zarr golden (use a cache-disabled server).
     To re-record a directory of goldens, see `golden update`."""
-    from replay.recorder import RecordOptions
-    from replay.scenario import build_plan, load_scenario, with_overrides
-    from replay.session import NonDeterministicRecording, record_golden
+    from replay.run.recorder import RecordOptions
+    from replay.golden.scenario import build_plan, load_scenario, with_overrides
+    from replay.jobs.session import NonDeterministicRecording, record_golden
 
     options = RecordOptions(schedule=schedule, check_determinism=check_determinism)
     copts = client_options(concurrency, timeout, api_key)
@@ -67,7 +67,7 @@ def record(
     except NonDeterministicRecording as exc:
         fail(f"refusing to write {out}: {exc}", code=1)
     tokens = sum(len(r.output_ids) for r in golden.requests)
-    from cli import render
+    from golden_cli import render
 
     render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
                      f"{target.label} into {out}", markup=False)

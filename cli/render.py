@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from replay.report_views import first_failure_lines, verdict_line
+from replay.report.views import first_failure_lines, verdict_line
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -58,7 +58,7 @@ def scenarios_table() -> Table:
             "max_new_tokens", "token range", "top_k", "seed", "requests"]
     for c in cols:
         table.add_column(c)
-    from replay.scenario import PRESETS
+    from replay.golden.scenario import PRESETS
 
     for s in PRESETS.values():
         table.add_row(s.name, str(s.groups), str(s.branches), str(s.prefix_len), str(s.suffix_len),

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from cli.options import (
+from golden_cli.options import (
     AllowNumericsMismatchOpt,
     AttentionBackendOpt,
     AdminApiKeyOpt,
@@ -70,7 +70,7 @@ def replay(
     quiet: bool = QuietOpt,
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit."""
-    from replay.shard import parse_shard
+    from replay.golden.shard import parse_shard
 
     options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
                              allow_model_mismatch, allow_numerics_mismatch)
@@ -87,11 +87,11 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                       shard: str | None, quiet: bool, report: Path | None, junit: Path | None,
                       html: Path | None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
-    from cli import render
-    from cli.options import interruption
-    from replay.report import report_dict
-    from replay.report_files import remove_stale, write_reports
-    from replay.session import replay_golden
+    from golden_cli import render
+    from golden_cli.options import interruption
+    from replay.report.document import report_dict
+    from replay.report.files import remove_stale, write_reports
+    from replay.jobs.session import replay_golden
 
     remove_stale(report, junit, html)
     try:

@@ -20,8 +20,8 @@ import typer
 
 def load_report(path: Path) -> dict[str, Any]:
     """The report document, or a UsageError saying in one line why this file is not one."""
-    from replay.errors import UsageError
-    from replay.html import SCHEMA_PREFIX
+    from replay.utils.errors import UsageError
+    from replay.report.html import SCHEMA_PREFIX
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -50,9 +50,9 @@ def report(
 ) -> None:
     """Render a JSON replay report as one self-contained HTML page (no network at view time),
     or with --merge turn shard reports into one report, JUnit file and page."""
-    from cli import render
-    from replay.errors import UsageError
-    from replay.report_files import write_reports
+    from golden_cli import render
+    from replay.utils.errors import UsageError
+    from replay.report.files import write_reports
 
     if len(reports) > 1 and not merge:
         raise UsageError("several reports given: add --merge to merge shard reports")
@@ -68,7 +68,7 @@ def report(
             raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
         render.out.print(f"wrote {out}", markup=False)
         return
-    from replay.merge import merge_reports
+    from replay.report.merge import merge_reports
 
     doc = merge_reports(docs)
     write_reports(doc, report=json_out, junit=junit, html=out)

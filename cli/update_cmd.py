@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from cli import options as o
+from golden_cli import options as o
 
 
 def update(
@@ -36,12 +36,12 @@ def update(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary line and the changes."),
 ) -> None:
     """Re-record every golden in DIR against a reference server; replace the ones that changed."""
-    from cli import render
-    from replay.diff import Policy
-    from replay.errors import UsageError
-    from replay.recorder import RecordOptions
-    from replay.report_files import write_reports
-    from replay.update import UpdateOptions, UpdateResult, find_goldens, update_goldens
+    from golden_cli import render
+    from replay.judge.diff import Policy
+    from replay.utils.errors import UsageError
+    from replay.run.recorder import RecordOptions
+    from replay.report.files import write_reports
+    from replay.jobs.update import UpdateOptions, UpdateResult, find_goldens, update_goldens
 
     options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
                             allow_model_change=allow_model_change,
@@ -72,9 +72,9 @@ def update(
 
 
 def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
-    from cli import render
-    from replay.report_views import first_failure_lines
-    from replay.update import ERROR, UNCHANGED
+    from golden_cli import render
+    from replay.report.views import first_failure_lines
+    from replay.jobs.update import ERROR, UNCHANGED
 
     if result.status == UNCHANGED:
         if not quiet:
@@ -98,7 +98,7 @@ def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
 
 
 def summary_line(results: list[Any], dry_run: bool) -> str:
-    from replay.update import CHANGED, ERROR, UNCHANGED
+    from replay.jobs.update import CHANGED, ERROR, UNCHANGED
 
     count = {k: sum(1 for r in results if r.status == k) for k in (CHANGED, UNCHANGED, ERROR)}
     verb = "would change" if dry_run else "changed and replaced"
@@ -107,7 +107,7 @@ def summary_line(results: list[Any], dry_run: bool) -> str:
 
 
 def exit_code(results: list[Any], dry_run: bool) -> int:
-    from replay.update import CHANGED, ERROR
+    from replay.jobs.update import CHANGED, ERROR
 
     if any(r.status == ERROR for r in results):
         return 2

@@ -11,7 +11,7 @@
    in full.
    With `--baseline DIR` the same measurement runs, in the same run, with the `golden` of
    another checkout (e.g. the commit before this work), which asks for nested top-k.
-2. Diff: positions/s of replay.diff.diff_outputs versus a per-position Python loop.
+2. Diff: positions/s of replay.judge.diff.diff_outputs versus a per-position Python loop.
 
 Usage: python3 scripts/bench_client.py [--requests 64 512] [--positions 256] [--concurrency 32]
                                        [--baseline /path/to/other/checkout]
@@ -35,7 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from replay.diff import Policy, diff_outputs  # noqa: E402
+from replay.judge.diff import Policy, diff_outputs  # noqa: E402
 
 VOCAB = 151_936
 
@@ -215,8 +215,8 @@ def main() -> None:
     print("| diff | positions/s |")
     print("| --- | --- |")
     same, drift, loop = bench_diff(100_000)
-    print(f"| replay.diff.diff_outputs, identical (short path) | {same:,.0f} |")
-    print(f"| replay.diff.diff_outputs, last logprob differs (full path) | {drift:,.0f} |")
+    print(f"| replay.judge.diff.diff_outputs, identical (short path) | {same:,.0f} |")
+    print(f"| replay.judge.diff.diff_outputs, last logprob differs (full path) | {drift:,.0f} |")
     print(f"| per-position Python loop | {loop:,.0f} |")
     print(f"| full path / loop | {drift / loop:.1f}x |")
 

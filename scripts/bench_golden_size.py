@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from replay.golden import Golden, RecordedRequest  # noqa: E402
-from replay.golden_store import read_golden, write_golden  # noqa: E402
-from replay.scenario import build_plan, load_scenario, with_overrides  # noqa: E402
+from replay.golden.model import Golden, RecordedRequest  # noqa: E402
+from replay.golden.store import read_golden, write_golden  # noqa: E402
+from replay.golden.scenario import build_plan, load_scenario, with_overrides  # noqa: E402
 
 VOCAB = 151_936
 

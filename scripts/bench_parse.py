@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from replay.apis.sglang import parse_completion, parse_text  # noqa: E402
+from replay.server.apis.sglang import parse_completion, parse_text  # noqa: E402
 
 VOCAB = 151_936
 
@@ -91,12 +91,12 @@ def rate(fn: Callable[[], Any], positions: int, seconds: float) -> float:
 def old_parser(rev: str) -> Callable[..., Any] | None:
     """parse_completion as it was at `rev` (loaded from git into a throwaway module)."""
     try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:replay/apis/sglang.py"],
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:replay/server/apis/sglang.py"],
                              capture_output=True, text=True, check=True).stdout
     except (subprocess.CalledProcessError, FileNotFoundError):
         return None
     module = types.ModuleType("old_sglang")
-    exec(compile(src, f"{rev}:replay/apis/sglang.py", "exec"), module.__dict__)
+    exec(compile(src, f"{rev}:replay/server/apis/sglang.py", "exec"), module.__dict__)
     return module.parse_completion
 
 

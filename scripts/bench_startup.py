@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from replay.golden_store import read_golden  # noqa: E402
-from replay.apis.sglang import generate_body  # noqa: E402
+from replay.golden.store import read_golden  # noqa: E402
+from replay.server.apis.sglang import generate_body  # noqa: E402
 from tests.support.stub_server import StubConfig, StubServer  # noqa: E402
 
 GOLDEN = ROOT / "goldens" / "hicache-branching.zarr"
@@ -62,7 +62,7 @@ def timed(argv: list[str], env: dict[str, str], runs: int, ok: tuple[int, ...] =
 
 def golden_cmd(checkout: Path) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    return [sys.executable, "-c", "from cli.main import app; app(prog_name='golden')"], env
+    return [sys.executable, "-c", "from golden_cli.main import app; app(prog_name='golden')"], env
 
 
 def main() -> None:

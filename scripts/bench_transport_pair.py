@@ -1,6 +1,6 @@
 """This checkout's transport against another checkout's, paired and interleaved in one process.
 
-Both `ServerClient`s (this tree's replay/client.py and BASELINE/replay/client.py) POST the same
+Both `ServerClient`s (this tree's replay/server/transport.py and BASELINE/replay/server/transport.py) POST the same
 precomputed /generate answer from one in-process aiohttp server, in alternating rounds, and the
 answers are parsed by this tree's strict parser. On a shared machine a paired median is the only
 fair way to see a few-percent difference (the hardening of issue 14: bounded reads, redirects
@@ -25,8 +25,8 @@ from aiohttp import web
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import replay.client as this_client  # noqa: E402
-from replay.apis.sglang import generate_body, parse_completion  # noqa: E402
+import replay.server.transport as this_client  # noqa: E402
+from replay.server.apis.sglang import generate_body, parse_completion  # noqa: E402
 
 
 def load_baseline(root: str):  # type: ignore[no-untyped-def]

@@ -23,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay.engine.config import get_config  # noqa: E402
-from replay.detection import judge_fault, profile_for, replay_report  # noqa: E402
+from replay.jobs.detection import judge_fault, profile_for, replay_report  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
 from replay.engine.model import HybridModel  # noqa: E402
-from replay.golden_store import read_golden  # noqa: E402
+from replay.golden.store import read_golden  # noqa: E402
 
 
 def faults(golden_path: Path, model: HybridModel, pool: int | None) -> None:

@@ -11,7 +11,7 @@ prints one JSON object:
 * `cuda_invariance` / `cpu_invariance`: batch of all sequences vs each alone, whole prefill vs
   chunks of 7 vs token by token, and a resumed (cache-hit) run vs cold;
 * `cpu_matches_workplace_pin` / `cuda_matches_workplace_pin` (tiny, seed 0): the logprobs equal
-  those pinned in tests/test_engine_model.py, i.e. the same bits as on the machine that pinned them.
+  those pinned in tests/unit/engine/test_model.py, i.e. the same bits as on the machine that pinned them.
 
 TF32 is switched off (the model does not use matmuls, but nothing should depend on it).
 
@@ -155,7 +155,7 @@ def primitives(device: torch.device) -> dict:
 
 
 # sha256 of the logprobs of tiny, seed 0, after the 40 tokens PCG64(36).integers(0, 4096, 40), as
-# measured on this workplace's CPU (the pin in tests/test_engine_model.py): equality on another
+# measured on this workplace's CPU (the pin in tests/unit/engine/test_model.py): equality on another
 # machine shows cross-machine identity, not just CPU == CUDA there.
 PINNED_TINY_SEED0_SHA256 = "b91638a62f3d3d77a18b80849e33dbf07a33a2273d5395265d8c7116645514eb"
 

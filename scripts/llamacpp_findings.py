@@ -17,7 +17,7 @@ bytes all the time; the adapters refuse those answers (docs/apis.md), so the cac
 needs a vocabulary that prints only complete characters.
 
 `capture` starts llama-server on a free loopback port and saves the exact bytes it answers to
-the bodies that replay/apis/llamacpp.py and replay/apis/openai.py send (plus /props, /v1/models
+the bodies that replay/server/apis/llamacpp.py and replay/server/apis/openai.py send (plus /props, /v1/models
 and the slot endpoints), with INDEX.json naming each file's request and server flags.
 
 `findings` runs the CLI (`golden record` / `golden replay`, in-process) against servers started
@@ -46,10 +46,10 @@ sys.path.insert(0, str(REPO))
 
 from typer.testing import CliRunner  # noqa: E402
 
-from cli.main import app  # noqa: E402
-from replay.apis.llamacpp import LlamaCppApi  # noqa: E402
-from replay.apis.openai import OpenAIApi  # noqa: E402
-from replay.launch import launched, load_profile, render  # noqa: E402
+from golden_cli.main import app  # noqa: E402
+from replay.server.apis.llamacpp import LlamaCppApi  # noqa: E402
+from replay.server.apis.openai import OpenAIApi  # noqa: E402
+from replay.server.launch import launched, load_profile, render  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("llamacpp_probe", REPO / "scripts" / "llamacpp_probe.py")
 probe = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]

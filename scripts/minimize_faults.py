@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from replay.detection import profile_for  # noqa: E402
+from replay.jobs.detection import profile_for  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
-from replay.golden_store import read_golden, verify_golden  # noqa: E402
-from replay.minimize import parse_budget  # noqa: E402
-from replay.minimize_session import MinimizeSettings, minimize_golden  # noqa: E402
-from replay.session import ServerTarget  # noqa: E402
+from replay.golden.store import read_golden, verify_golden  # noqa: E402
+from replay.jobs.minimize import parse_budget  # noqa: E402
+from replay.jobs.minimize_session import MinimizeSettings, minimize_golden  # noqa: E402
+from replay.jobs.session import ServerTarget  # noqa: E402
 
 HEADER = ("| fault | profile | failure kept | requests before -> after (conversations) | "
           "replays | seconds | kept | failing in the repro (cached tokens by tier) | "

@@ -6,7 +6,7 @@ For no fault and for every injected fault, on the profile that takes the fault's
                  interleaved order, temperature 1, the seed's 1e-9 KL threshold), its cache
                  asserts recorded rather than stopping the run (tests/support/seed_kit.py);
   golden replay: the committed golden (goldens/hicache-branching.zarr) replayed through the
-                 library `golden replay` runs (replay.detection.replay_report).
+                 library `golden replay` runs (replay.jobs.detection.replay_report).
 Prints one Markdown table row per fault for docs/faults.md. Needs sglang installed
 (scripts/install_sglang.sh). Each row starts fresh servers: rows can run in separate processes.
 
@@ -25,13 +25,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay.engine.config import get_config  # noqa: E402
-from replay.detection import judge_fault, profile_for, replay_report  # noqa: E402
+from replay.jobs.detection import judge_fault, profile_for, replay_report  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
 from replay.engine.model import HybridModel  # noqa: E402
 from replay.engine.options import profile_options  # noqa: E402
 from replay.engine.server import start_server  # noqa: E402
-from replay.golden import Golden  # noqa: E402
-from replay.golden_store import read_golden  # noqa: E402
+from replay.golden.model import Golden  # noqa: E402
+from replay.golden.store import read_golden  # noqa: E402
 from tests.support.seed_kit import SEED_SHAPE, observe_kit  # noqa: E402
 
 SEED_KL_THRESHOLD = 1e-9  # the seed test's KL_DIV_THRESHOLD

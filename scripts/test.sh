@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet "torch==2.13.0" -e ".[engine,test]"
 
 # SGLang 0.5.23 (its HTTP front end, parser and test kit) for tests/test_sglang_*.py and
-# tests/test_peer_suite.py, in a venv of its own that sees every package above
+# tests/e2e/sglang_frontend/test_peer_suite.py, in a venv of its own that sees every package above
 # (${GOLDEN_SGLANG_VENV:-$HOME/.cache/golden-replay/sglang-venv}, 1.5 GB; first run about 3 min,
 # then well under a second). The suite then runs on that venv's Python, so SGLang is importable in
 # the tests while the system environment keeps llama.cpp's transformers pin. Without it those

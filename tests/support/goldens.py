@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from golden_cli.main import app
 from tests.support.stub_server import StubConfig, StubServer
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replay import session
-from replay.scenario import ScenarioSpec, build_plan
+from replay.jobs import session
+from replay.golden.scenario import ScenarioSpec, build_plan
 from tests.support.stub_server import StubConfig, StubServer
 
 FAKE_DIR = Path(__file__).resolve().parent

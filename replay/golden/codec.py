@@ -1,0 +1,233 @@
+"""Golden <-> stored arrays and root attributes: the encoding of a golden, without any file I/O.
+
+`encode` turns an in-memory Golden into the logical arrays (`encode_arrays`), packs them into
+the stored arrays of the current layout (`replay.golden.pack`) and builds the JSON attributes
+docs/golden-format.md describes; `logical_arrays` undoes the packing of either layout, and
+`assemble` turns the checked logical arrays back into a Golden.
+Exactness: logprobs are stored as float32 only when every value of an array is the widening of
+a float32 bit for bit (`replay.utils.bits.narrow_if_exact`), else as float64; reading widens on
+integer bit patterns (`replay.utils.bits.widen_float32`), so a reader's floating-point environment
+cannot change a bit. Nothing ever goes through a decimal rendering.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+from replay.utils.bits import narrow_if_exact, widen_float32
+from replay.utils.errors import GoldenFormatError
+from replay.golden.model import Golden, RecordedRequest
+from replay.golden.checks import array_sha256, attrs_sha256, check_in_memory
+from replay.golden.layout import (
+    INT32_MAX, INT32_MIN, REQUEST_COLUMNS, SCHEMA, SCHEMA_VERSION, request_columns,
+)
+from replay.golden.pack import pack, unpack
+from replay.utils.redact import redact_secrets
+
+# ---------------------------------------------------------------------------------------------
+# Golden -> arrays + attributes
+# ---------------------------------------------------------------------------------------------
+
+
+def encode(golden: Golden) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The stored arrays and root attributes of the golden in the current layout."""
+    logical = encode_arrays(golden)
+    no_top = _no_top(golden)
+    stored, extra = pack(logical, no_top)
+    return stored, encode_attrs(golden, logical, stored, extra, no_top)
+
+
+def logical_arrays(version: int, attrs: dict[str, Any],
+                   stored: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The logical arrays of a stored golden of layout `version`, or the problems found."""
+    if version >= 2:
+        return unpack(attrs, stored)
+    n = len(attrs["request_ids"])
+    return {**stored, "num_retractions": np.zeros(n, dtype=np.int32)}, []
+
+
+def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
+    """The golden's tree as flat logical arrays (docs/golden-format.md). Validates the golden."""
+    reqs = golden.requests
+    k = golden.top_k
+    problems = check_in_memory(golden, k)
+    if problems:
+        raise GoldenFormatError(f"cannot write golden: {problems[0]}")
+    arrays = {
+        "prefix_tokens": _concat_int32([p for p in golden.prefixes], "prefix"),
+        "prefix_offsets": _offsets(len(p) for p in golden.prefixes),
+        "requests": _request_table(reqs),
+        "new_tokens": _concat_int32([r.new_tokens for r in reqs], "new_tokens"),
+        "new_token_offsets": _offsets(len(r.new_tokens) for r in reqs),
+        "output_ids": _concat_int32([r.output_ids for r in reqs], "output_ids"),
+        "output_offsets": _offsets(len(r.output_ids) for r in reqs),
+        "logprobs": narrow_if_exact(_concat_f64([r.logprobs for r in reqs], "logprobs")),
+        "num_retractions": np.array([int(r.num_retractions) for r in reqs], dtype=np.int32),
+    }
+    if k > 0:
+        with_top = [r for r in reqs if r.top_ids is not None]
+        top_ids = _concat_int32([r.top_ids for r in with_top], "top_ids").reshape(-1, k)
+        top_lp = _concat_f64([r.top_logprobs for r in with_top], "top_logprobs").reshape(-1, k)
+        arrays["top_ids"] = top_ids
+        arrays["top_logprobs"] = narrow_if_exact(top_lp)
+    return arrays
+
+
+def _no_top(golden: Golden) -> list[int]:
+    k = golden.top_k
+    return [i for i, r in enumerate(golden.requests) if k > 0 and r.top_ids is None]
+
+
+def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray], stored: dict[str, np.ndarray],
+                 extra: dict[str, Any], no_top: list[int]) -> dict[str, Any]:
+    """Root attributes: metadata, per-request JSON columns, counts of the logical `arrays`,
+    checksums of the `stored` ones, the layout's `extra` attributes, their own checksum."""
+    reqs = golden.requests
+    k = golden.top_k
+    attrs: dict[str, Any] = {
+        "schema": SCHEMA,
+        "scenario": _strict_json(golden.scenario, "scenario"),
+        "sampling": _strict_json(golden.sampling, "sampling"),
+        "meta": redact_secrets(_strict_json(_nonfinite_as_strings(golden.meta), "meta")),
+        "top_k": k,
+        "request_columns": list(request_columns(SCHEMA_VERSION)),
+        "request_ids": [r.id for r in reqs],
+        "finish_reasons": _strict_json([r.finish_reason for r in reqs], "finish_reason"),
+        "cached_tokens_details": _strict_json([r.cached_details for r in reqs], "cached_details"),
+        "no_top_requests": no_top,
+        "counts": {
+            "groups": len(golden.prefixes),
+            "requests": len(reqs),
+            "prefix_tokens": int(arrays["prefix_tokens"].size),
+            "new_tokens": int(arrays["new_tokens"].size),
+            "output_tokens": int(arrays["output_ids"].size),
+            "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
+        },
+        "arrays": {
+            name: {"data_type": a.dtype.name, "shape": list(a.shape), "sha256": array_sha256(a)}
+            for name, a in stored.items()
+        },
+        **extra,
+    }
+    attrs["attrs_sha256"] = attrs_sha256(attrs)
+    return attrs
+
+
+def _as_float64(values: Any, what: str) -> np.ndarray:
+    """The exact float64 values of a float32 or float64 array; anything else is refused."""
+    arr = np.asarray(values)
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
+        raise GoldenFormatError(f"cannot write golden: {what} has dtype {arr.dtype}, expected float64")
+    if arr.dtype.itemsize == 4:
+        return widen_float32(arr)
+    return np.ascontiguousarray(arr, dtype=np.float64)
+
+
+def _request_table(reqs: list[RecordedRequest]) -> np.ndarray:
+    rows = [[int(getattr(r, c)) for c in REQUEST_COLUMNS] for r in reqs]  # the logical columns
+    return np.array(rows, dtype=np.int32).reshape(len(reqs), len(REQUEST_COLUMNS))
+
+
+def _concat_int32(parts: list[Any], what: str) -> np.ndarray:
+    """Concatenate integer arrays into int32, refusing non-integer dtypes and overflow."""
+    arrs = [np.asarray(p) for p in parts]
+    for a in arrs:
+        if a.dtype.kind not in "iu":
+            raise GoldenFormatError(f"cannot write golden: {what} has dtype {a.dtype}, expected int32")
+        if a.size and (a.min() < INT32_MIN or a.max() > INT32_MAX):
+            raise GoldenFormatError(f"cannot write golden: {what} has values outside int32")
+    if not arrs:
+        return np.zeros(0, dtype=np.int32)
+    return np.concatenate([a.astype(np.int32).reshape(-1) for a in arrs])
+
+
+def _concat_f64(parts: list[Any], what: str) -> np.ndarray:
+    arrs = [_as_float64(p, what).reshape(-1) for p in parts]
+    return np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.float64)
+
+
+def _offsets(lengths: Iterable[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(list(lengths), dtype=np.int64)]).astype(np.int64)
+
+
+def _strict_json(value: Any, what: str) -> Any:
+    """The value as it will read back from JSON (tuples as lists, keys as strings), refusing
+    anything JSON cannot hold exactly. numpy scalars and arrays become plain numbers/lists."""
+    try:
+        text = json.dumps(value, allow_nan=False, default=_numpy_to_json)
+    except (TypeError, ValueError) as exc:
+        raise GoldenFormatError(f"cannot write golden: {what} is not plain JSON ({exc})") from None
+    return json.loads(text)
+
+
+def _numpy_to_json(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray) and obj.dtype.kind in "iufb":
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _nonfinite_as_strings(value: Any) -> Any:
+    """Informational metadata may hold inf/NaN (server args); strict JSON cannot, so they are
+    stored as the strings "Infinity", "-Infinity", "NaN"."""
+    if isinstance(value, dict):
+        return {k: _nonfinite_as_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nonfinite_as_strings(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked arrays + attributes -> Golden
+# ---------------------------------------------------------------------------------------------
+
+
+def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
+    """Rebuild the in-memory Golden from checked logical arrays (float32 widened bit-exactly)."""
+    pre_off = arrays["prefix_offsets"]
+    prefixes = [arrays["prefix_tokens"][pre_off[g]:pre_off[g + 1]] for g in range(len(pre_off) - 1)]
+    logprobs = _as_stored_f64(arrays["logprobs"])
+    k = attrs["top_k"]
+    top_ids = arrays["top_ids"] if k > 0 else None
+    top_lp = _as_stored_f64(arrays["top_logprobs"]) if k > 0 else None
+    no_top = set(attrs["no_top_requests"])
+    new_off, out_off = arrays["new_token_offsets"], arrays["output_offsets"]
+    requests: list[RecordedRequest] = []
+    row = 0
+    for i, rid in enumerate(attrs["request_ids"]):
+        vals = dict(zip(REQUEST_COLUMNS, (int(v) for v in arrays["requests"][i])))
+        a, b = int(out_off[i]), int(out_off[i + 1])
+        tops: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
+        if top_ids is not None and top_lp is not None and i not in no_top:
+            tops = {"top_ids": top_ids[row:row + b - a], "top_logprobs": top_lp[row:row + b - a]}
+            row += b - a
+        requests.append(RecordedRequest(
+            id=rid,
+            new_tokens=arrays["new_tokens"][new_off[i]:new_off[i + 1]],
+            output_ids=arrays["output_ids"][a:b],
+            logprobs=logprobs[a:b],
+            cached_details=attrs["cached_tokens_details"][i],
+            num_retractions=int(arrays["num_retractions"][i]),
+            finish_reason=attrs["finish_reasons"][i],
+            **vals,
+            **tops,
+        ))
+    return Golden(
+        scenario=attrs["scenario"], prefixes=prefixes, requests=requests,
+        sampling=attrs["sampling"], meta=attrs["meta"],
+    )
+
+
+def _as_stored_f64(a: np.ndarray) -> np.ndarray:
+    return widen_float32(a) if a.dtype == np.float32 else a.astype(np.float64)

@@ -1,0 +1,256 @@
+"""Golden storage: write and read goldens as zarr v3 directories, exactly, atomically, checked.
+
+A golden is what every later replay is judged against, so storage is strict in both directions.
+This module is the public face and the only one that touches zarr; the concepts live in their
+own modules:
+
+- exact encoding, Golden <-> arrays + attributes: `replay.golden.codec` (float32 only where it
+  widens back to the same bits; widening on integer bit patterns, see `replay.utils.bits`);
+- atomic publication (hidden sibling, fsync, rename): `replay.golden.atomic_dir`;
+- checking (schema, attributes, each array's metadata vetted before zarr instantiates anything
+  from it, sha256 per array and over the metadata, structure): `replay.golden.checks`;
+- what a golden holds: `replay.golden.layout`.
+
+The layout is documented in docs/golden-format.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec
+from zarr.storage import LocalStore
+
+from replay.golden.atomic_dir import refuse_existing, write_atomically
+from replay.utils.bits import narrow_if_exact, widen_float32
+from replay.utils.errors import GoldenFormatError
+from replay.golden.model import Golden
+from replay.golden.checks import (
+    Unreadable, array_sha256, attrs_problem, attrs_sha256, check_blosc_chunk, check_structure,
+    chunk_keys,
+    first_line, safe_attrs_sha256, schema_version, vet_array_metadata,
+)
+from replay.golden.codec import assemble, encode, logical_arrays
+from replay.golden.layout import BLOSC_CONFIG, SCHEMA, expected_arrays
+from replay.golden.limits import (chunk_count_problem, chunk_size_problem,
+                                  declared_size_problems, read_stable, symlink_problem)
+
+__all__ = [
+    "SCHEMA", "array_sha256", "attrs_sha256", "golden_summary", "narrow_if_exact", "read_golden",
+    "verify_golden", "widen_float32", "write_golden",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Path:
+    """Write `golden` as a zarr v3 directory at `path`, atomically.
+
+    Raises UsageError if `path` exists and `force` is false (checked before any work, and again
+    just before the rename), and GoldenFormatError if the golden cannot be stored exactly.
+    """
+    given = Path(path)
+    target = Path(os.path.abspath(given))  # so that `.` or `x/` still name a real sibling
+    refuse_existing(target, force, "zarr.json")  # before the encoding work
+    arrays, attrs = encode(golden)
+    try:
+        write_atomically(target, lambda tmp: _write_store(tmp, arrays, attrs), force=force,
+                         marker="zarr.json")
+    except OSError as exc:
+        if exc.errno is not None:  # e.g. a full disk: name the golden, not a temp directory
+            raise OSError(exc.errno, exc.strerror or str(exc), str(given)) from None
+        raise
+    return given
+
+
+def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
+    """Read the golden at `path`; any problem raises GoldenFormatError naming it.
+
+    With verify=False the sha256 checks are skipped (structure is still checked): only for
+    callers that have just verified the same directory.
+    """
+    where = Path(path)
+    try:
+        opened, arrays, problems = read_stable(lambda: _open_and_check(where, verify=verify),
+                                               where, lambda r: bool(r[2]))
+    except Unreadable as exc:
+        raise GoldenFormatError(f"{where}: {exc}") from None
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise GoldenFormatError(f"{where}: {problems[0]}{more}")
+    return assemble(opened.attrs, arrays)
+
+
+def verify_golden(path: str | Path) -> list[str]:
+    """Every problem found in the golden at `path`, [] when it is sound. Never raises for a bad
+    golden: a missing path, garbage metadata or an undecodable chunk are all reported."""
+    try:
+        return read_stable(lambda: _open_and_check(Path(path), verify=True), Path(path),
+                           lambda r: bool(r[2]))[2]
+    except Unreadable as exc:
+        return [str(exc)]
+    except Exception as exc:  # noqa: BLE001 - the contract is to report, not to raise
+        return [f"unexpected error while verifying: {type(exc).__name__}: {exc}"]
+
+
+def golden_summary(path: str | Path) -> dict[str, Any]:
+    """Metadata and counts for `golden show`, from the root metadata only (no array is read).
+
+    The metadata checksum is verified; array checksums are not (use verify_golden).
+    """
+    where = Path(path)
+    try:
+        opened = _open(where, verify=True)
+    except Unreadable as exc:
+        raise GoldenFormatError(f"{where}: {exc}") from None
+    attrs = opened.attrs
+    files = [p for p in where.rglob("*") if p.is_file()]
+    return {
+        "path": str(where),
+        "schema": attrs["schema"],
+        "scenario": attrs["scenario"],
+        "sampling": attrs["sampling"],
+        "meta": attrs["meta"],
+        "top_k": attrs["top_k"],
+        "counts": attrs["counts"],
+        "dtypes": {name: entry["data_type"] for name, entry in attrs["arrays"].items()},
+        "files": len(files),
+        "bytes": sum(p.stat().st_size for p in files),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing the zarr store
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_store(directory: Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any]) -> None:
+    with zarr.config.set({"json_indent": None}):  # compact metadata: 2-3 kB less per golden
+        group = zarr.create_group(store=LocalStore(directory), zarr_format=3, attributes=attrs)
+        for name, data in arrays.items():
+            _write_array(group, name, data)
+
+
+def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
+    """One array, one chunk (one file), little-endian bytes, then blosc: bit shuffle, zstd."""
+    arr = group.create_array(
+        name,
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=tuple(max(1, n) for n in data.shape),
+        filters=None,
+        compressors=[BloscCodec(typesize=data.dtype.itemsize, **BLOSC_CONFIG)],
+        serializer=BytesCodec(endian="little"),
+        fill_value=0,
+        config={"write_empty_chunks": True},  # an all-zero chunk must still be a file
+    )
+    if data.size:
+        arr[...] = data
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and checking
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Opened:
+    path: Path
+    group: zarr.Group
+    attrs: dict[str, Any]
+    version: int  # the layout (schema version)
+
+
+def _open_and_check(where: Path, *, verify: bool) -> tuple[_Opened, dict[str, np.ndarray], list[str]]:
+    """Open, load every stored array, turn them into the logical arrays, then check the
+    structure (each step only when the one before went cleanly)."""
+    opened = _open(where, verify=verify)
+    stored, problems = _load_arrays(opened, verify=verify)
+    arrays: dict[str, np.ndarray] = {}
+    if not problems:
+        arrays, problems = logical_arrays(opened.version, opened.attrs, stored)
+    if not problems:
+        problems = check_structure(opened.attrs, arrays)
+    return opened, arrays, problems
+
+
+def _open(path: Path, *, verify: bool) -> _Opened:
+    """Open the root group and validate its attributes; raises Unreadable."""
+    if not os.path.lexists(path):
+        raise Unreadable("does not exist")
+    if not path.is_dir():
+        raise Unreadable("is not a directory (a golden is a NAME.zarr directory)")
+    if not (path / "zarr.json").is_file():
+        raise Unreadable("is not a zarr v3 group (no zarr.json)")
+    link = symlink_problem(path)
+    if link:
+        raise Unreadable(link)
+    try:
+        store = LocalStore(path, read_only=True)
+        group = zarr.open_group(store=store, mode="r", zarr_format=3, use_consolidated=False)
+        attrs = dict(group.attrs.asdict())
+    except Exception as exc:  # noqa: BLE001 - any failure here means "not a readable group"
+        raise Unreadable(f"is not a zarr v3 group ({type(exc).__name__}: {first_line(exc)})") from None
+    version = schema_version(attrs)
+    if verify and attrs.get("attrs_sha256") != safe_attrs_sha256(attrs):
+        raise Unreadable("metadata checksum mismatch (root zarr.json attributes edited or corrupted)")
+    problem = attrs_problem(attrs, version) or next(iter(declared_size_problems(attrs)), None)
+    if problem:
+        raise Unreadable(f"malformed metadata: {problem}")
+    return _Opened(path=path, group=group, attrs=attrs, version=version)
+
+
+def _load_arrays(opened: _Opened, *, verify: bool) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Every expected array, each vetted, decoded and (if verify) checksummed. Problems are
+    collected per array so that verify_golden can report them all."""
+    arrays: dict[str, np.ndarray] = {}
+    expected = expected_arrays(opened.attrs, opened.version)
+    problems = [f"array {name}: listed in the metadata but not part of this golden's layout"
+                for name in opened.attrs["arrays"] if name not in expected]
+    for name in expected:
+        try:
+            arrays[name] = _load_array(opened, name, verify=verify)
+        except Unreadable as exc:
+            problems.append(f"array {name}: {exc}")
+    return arrays, problems
+
+
+def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
+    entry = opened.attrs["arrays"].get(name)
+    if entry is None:
+        raise Unreadable("not listed in the metadata")
+    meta_path = opened.path / name / "zarr.json"
+    if not meta_path.is_file():
+        raise Unreadable("missing (no zarr.json)")
+    chunk_shape, compressor = vet_array_metadata(meta_path, name, entry)
+    too_many = chunk_count_problem(entry["shape"], chunk_shape)
+    if too_many:
+        raise Unreadable(too_many)
+    chunks = [opened.path / name / key for key in chunk_keys(entry["shape"], chunk_shape)]
+    if not all(c.is_file() for c in chunks):
+        # zarr would silently return fill values for a missing chunk
+        raise Unreadable("chunk missing (truncated golden?)")
+    if compressor != "blosc":  # zstd frames declare their size; blosc headers are checked below
+        oversized = chunk_size_problem(chunks, chunk_shape, entry["data_type"])
+        if oversized:
+            raise Unreadable(oversized)
+    if compressor == "blosc" and chunks:  # an empty array has no chunk
+        if len(chunks) != 1 or list(chunk_shape) != list(entry["shape"]):
+            raise Unreadable("a blosc array must be one chunk")
+        check_blosc_chunk(chunks[0].read_bytes(),
+                          int(np.prod(entry["shape"])) * np.dtype(entry["data_type"]).itemsize)
+    try:
+        arr = opened.group[name]
+        data = np.asarray(arr[...])
+    except Exception as exc:  # noqa: BLE001 - codecs raise many types on corrupt chunks
+        raise Unreadable(f"unreadable chunk ({type(exc).__name__}: {first_line(exc)})") from None
+    if verify and array_sha256(data) != entry["sha256"]:
+        raise Unreadable("checksum mismatch (corrupt data)")
+    return data

@@ -1,0 +1,168 @@
+"""pytest plugin: replay committed goldens from a project's own test suite.
+
+    def test_hicache_is_bit_exact(golden_replay):
+        golden_replay("goldens/hicache-branching.zarr", expect_cache="mamba:128")
+
+Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
+starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
+that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
+visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
+`--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
+keep every replay's JSON report (CI artifacts). Without a server option the tests that use
+`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator.
+
+Verdicts map onto pytest's own: `pass` returns the report dict, `fail` fails the test with the
+same first-divergence lines the CLI prints, `error` (no verdict: unreachable server, unreadable
+golden, model mismatch) raises GoldenReplayError and is counted as an error, never a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from replay.judge.diff import Policy
+
+# The plugin is loaded into every pytest run of an environment that has golden-replay installed,
+# so the tool itself (numpy, zarr, aiohttp, rich) is imported only when a test asks for it.
+
+GoldenReplay = Callable[..., dict[str, Any]]
+
+
+class GoldenReplayError(Exception):
+    """A replay reached no verdict (what the CLI reports with exit code 2)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("golden-replay", "golden-replay: replay goldens against a server")
+    group.addoption("--golden-server", metavar="URL", default=None,
+                    help="Replay goldens against this running SGLang-protocol server.")
+    group.addoption("--golden-launch", metavar="PROFILE", default=None,
+                    help="Launch this profile (a built-in name or a TOML file) for the session.")
+    group.addoption("--golden-model", metavar="MODEL", default=None,
+                    help="Model for launch profiles that need one.")
+    group.addoption("--golden-attention-backend", metavar="NAME", default=None,
+                    help="Attention backend for launched SGLang profiles (default: per visible GPU).")
+    group.addoption("--golden-api", metavar="NAME", default="auto",
+                    help="The server's API: auto (ask it), sglang, openai or llamacpp.")
+    group.addoption("--golden-log-dir", metavar="DIR", default=None,
+                    help="Where launched servers write their logs (default: a pytest temp dir).")
+    group.addoption("--golden-report-dir", metavar="DIR", default=None,
+                    help="Write each replay's JSON report here, named after the test.")
+
+
+@pytest.fixture(scope="session")
+def golden_server(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server URL for the session: the given one, or one launched once and stopped at exit."""
+    config = request.config
+    server = config.getoption("golden_server")
+    launch = config.getoption("golden_launch")
+    if not server and not launch:
+        pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
+    from replay.utils.errors import GoldenError
+    from replay.jobs.session import ServerTarget
+
+    log_dir_opt = config.getoption("golden_log_dir")
+    log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
+    try:
+        target = ServerTarget(url=server or None, profile=launch or None,
+                              model=config.getoption("golden_model"), log_dir=log_dir,
+                              attention_backend=config.getoption("golden_attention_backend"),
+                              notify=_say(config))
+        with target.serving() as url:
+            yield url
+    except GoldenError as exc:
+        pytest.fail(f"golden server: {exc}", pytrace=False)
+
+
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    """Launch announcements (the pinned attention backend) on the terminal, past capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"golden-replay: {line}")
+    return say
+
+
+@pytest.fixture
+def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenReplay:
+    """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
+    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch,
+    allow_numerics_mismatch, shard, concurrency, timeout, api."""
+    from replay.report.views import first_failure_lines, verdict_line
+    from replay.report.files import write_reports
+
+    report_dir = request.config.getoption("golden_report_dir")
+    api = request.config.getoption("golden_api")
+    test_dir = request.path.parent
+
+    def run(path: str | Path, **options: Any) -> dict[str, Any]:
+        golden_path = resolve_golden_path(Path(path), test_dir)
+        doc = replay_golden(golden_server, golden_path, **{"api": api, **options})
+        if report_dir:
+            Path(report_dir).mkdir(parents=True, exist_ok=True)
+            write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
+        if doc["verdict"] == "fail":
+            pytest.fail("\n".join([verdict_line(doc), *first_failure_lines(doc)]), pytrace=False)
+        if doc["verdict"] == "error":
+            raise GoldenReplayError(doc["error"])
+        return doc
+
+    return run
+
+
+def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exact",
+                  schedule: str = "lockstep", repeat: int = 1, expect_cache: str = "auto",
+                  require_tier: str | None = None, allow_model_mismatch: bool = False,
+                  allow_numerics_mismatch: bool = False, shard: str | None = None, concurrency: int = 16,
+                  timeout: float = 900.0, api: str = "auto") -> dict[str, Any]:
+    """One replay as a report dict. Bad options raise UsageError (a mistake in the test itself,
+    shown as such); everything else that prevents a verdict is an `error` report."""
+    from replay.jobs import session
+    from replay.server.transport import ClientOptions
+    from replay.run.replayer import ReplayOptions
+    from replay.golden.shard import parse_shard
+
+    options = ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
+                            expect_cache=expect_cache, require_tier=require_tier,
+                            allow_model_mismatch=allow_model_mismatch,
+                            allow_numerics_mismatch=allow_numerics_mismatch)
+    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
+    if shard is not None:
+        parse_shard(shard)
+    return session.replay_golden(golden_path, session.ServerTarget(url=url), options, copts,
+                                 api=api, shard=shard)
+
+
+def resolve_golden_path(path: Path, test_dir: Path) -> Path:
+    """As given (relative to the working directory); failing that, next to the test file."""
+    if path.is_absolute() or path.exists():
+        return path
+    beside = test_dir / path
+    return beside if beside.exists() else path
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(GoldenReplayError):
+        report.golden_replay_error = True
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    """A replay that reached no verdict counts as an error, like exit code 2, not a failure."""
+    if getattr(report, "golden_replay_error", False) and report.failed:
+        return "error", "E", "ERROR"
+    return None
+
+
+def _file_name(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")

@@ -1,0 +1,259 @@
+"""The session layer: a whole record or replay, from a server (URL or launch profile) to a
+golden or a report, in one call. Every entry point goes through here: `golden record`,
+`replay`, `matrix`, `update`, `demo`, the pytest plugin and the detection matrix, so each of
+them takes the same options, speaks every API and launches every profile the same way.
+
+- `replay_golden(...)` returns the report document (docs/report.md); anything that prevents a
+  verdict (a GoldenError: unreadable golden, unreachable server, model mismatch...) becomes an
+  `error` report, never an exception and never a pass or fail.
+- `record_golden(...)` owns the journal (crash-safe `resume`), the determinism check and the
+  atomic write; `record_in_memory(...)` records without writing (update, detection).
+Progress is reported through a `ProgressBar` callback (label, total) -> context of a tick, so
+the library prints nothing itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ContextManager
+
+from replay.utils import aio
+from replay.judge.cache_check import server_flag
+from replay.server.transport import ClientOptions
+from replay.server.connection import Connection, connect
+from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
+from replay.golden.fingerprint import model_identity, redact_url
+from replay.golden.model import Golden
+from replay.golden.meaning import check_meaning
+from replay.golden.store import read_golden, write_golden
+from replay.run.journal import Journal, journal_path
+from replay.run.recorder import RecordOptions, record, server_facts
+from replay.utils.redact import scrub, url_secrets
+from replay.run.replayer import ReplayOptions, replay
+from replay.report.document import report_dict
+from replay.golden.scenario import Plan
+from replay.golden.shard import shard_golden
+
+Tick = Callable[[str], None]
+ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
+Notify = Callable[[str], None]
+DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """Where the server is: a running one (`url`) or a launch profile to start and stop."""
+
+    url: str | None = None
+    profile: str | None = None  # a built-in profile name or a TOML file
+    model: str | None = None  # for profiles that need one
+    log_dir: Path = Path("golden-logs")
+    fault: str | None = None  # embedded-engine profiles only
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
+    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.profile is None):
+            raise UsageError("give exactly one of --server URL or --launch PROFILE")
+        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
+            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
+                             "--launch")
+
+    @property
+    def label(self) -> str:
+        """How reports name the server before it answers (credentials never shown)."""
+        if self.url:
+            return redact_url(self.url)
+        name = str(self.profile)
+        return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
+
+    def serving(self, api_key: str | None = None) -> ContextManager[str]:
+        """A context yielding the URL: the given one, or a launched server's (always stopped;
+        `api_key` goes with its warm-up request, for a server started with one)."""
+        from replay.server.launch import server_for  # subprocess machinery only when launching
+
+        return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
+                          extra_args=self.extra_args, attention_backend=self.attention_backend,
+                          notify=self.notify, api_key=api_key)
+
+
+def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
+    """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded."""
+    loaded = read_golden(golden) if isinstance(golden, Path) else golden
+    check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
+    return shard_golden(loaded, shard) if shard else loaded
+
+
+@contextlib.contextmanager
+def _progress(bar: ProgressBar | None, label: str, total: int) -> Iterator[Tick | None]:
+    if bar is None:
+        yield None
+        return
+    with bar(label, total) as tick:
+        yield tick
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay
+# ---------------------------------------------------------------------------------------------
+
+
+def replay_golden(golden: Path | Golden, target: ServerTarget,
+                  options: ReplayOptions = ReplayOptions(),
+                  client: ClientOptions = ClientOptions(), *, api: str = "auto",
+                  shard: str | None = None, progress: ProgressBar | None = None,
+                  name: str | None = None) -> dict[str, Any]:
+    """Replay a golden (a path or one in memory) against the target; the report document."""
+    name = name or (str(golden) if isinstance(golden, Path) else "in-memory")
+    server = target.label
+    secrets = known_secrets(client, target)
+    try:
+        loaded = load_golden(golden, shard)
+        with target.serving(client.api_key) as url:
+            server = redact_url(url)
+            total = len(loaded.requests) * options.repeat
+            with _progress(progress, f"replay {Path(name).name}", total) as tick:
+                result = aio.run(_replay(url, loaded, name, options, client, api, tick))
+        compared_nothing(result)
+    except GoldenError as exc:
+        return report_dict(None, golden=name, server=server, policy=str(options.policy),
+                           error=scrub(str(exc), secrets))
+    except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
+        if os.environ.get(DEBUG_ENV):
+            raise
+        return report_dict(None, golden=name, server=server, policy=str(options.policy),
+                           error=scrub(unexpected(exc), secrets))
+    return report_dict(result, golden=name, server=server, policy=str(options.policy))
+
+
+def unexpected(exc: BaseException) -> str:
+    """The one line for an exception that is not a GoldenError."""
+    text = " ".join(str(exc).split())[:300]
+    return f"unexpected {type(exc).__name__}: {text} (set {DEBUG_ENV}=1 for the traceback)"
+
+
+def compared_nothing(result: Any) -> None:
+    """A replay that compared no token proves nothing: an error, never a pass."""
+    if sum(o.diff.compared for o in result.outcomes) == 0:
+        raise GoldenFormatError("the replay compared no tokens (an empty golden proves nothing)")
+
+
+def known_secrets(client: ClientOptions, target: "ServerTarget") -> tuple[str, ...]:
+    """The secret values this run knows: the API keys and the server URL's password."""
+    return tuple(s for s in (client.api_key, client.admin_api_key, *url_secrets(target.url or ""))
+                 if s)
+
+
+@contextlib.contextmanager
+def secrets_scrubbed(secrets: tuple[str, ...]) -> Iterator[None]:
+    """Re-raise a GoldenError whose message holds a known secret (a launched server's log tail,
+    an echoing server) with the secret replaced."""
+    try:
+        yield
+    except GoldenError as exc:
+        clean = scrub(str(exc), secrets)
+        if clean == str(exc):
+            raise
+        raise type(exc)(clean) from None
+
+
+async def _replay(url: str, golden: Golden, name: str, options: ReplayOptions,
+                  client: ClientOptions, api: str, tick: Tick | None) -> Any:
+    async with connect(url, client, api) as conn:
+        return await replay(conn, golden, name, options, progress=tick)
+
+
+# ---------------------------------------------------------------------------------------------
+# Record
+# ---------------------------------------------------------------------------------------------
+
+
+class NonDeterministicRecording(GoldenError):
+    """Repeated recordings of the reference differ: nothing was written."""
+
+
+class ModelChanged(ModelMismatch):
+    """The server's model changed while the reference was being recorded: nothing was written."""
+
+
+def reference_warnings(server_info: dict[str, Any]) -> list[str]:
+    """What is suspicious about a server used to record a reference."""
+    if not server_flag(server_info, "disable_radix_cache"):
+        return ["the server has its radix cache on; a reference should be recorded with the "
+                "cache disabled (a reference profile such as sglang-reference)"]
+    return []
+
+
+def record_golden(plan: Plan, out: Path, target: ServerTarget,
+                  options: RecordOptions = RecordOptions(),
+                  client: ClientOptions = ClientOptions(), *, api: str = "auto",
+                  force: bool = False, resume: bool = False,
+                  progress: ProgressBar | None = None, notify: Notify | None = None) -> Golden:
+    """Record `plan` into the golden `out`, atomically. Completed requests are journalled beside
+    `out` as they arrive, so an interrupted run continues with `resume`; the journal goes once
+    the golden is written (or the reference proved non-deterministic)."""
+    if out.exists() and not force:
+        raise UsageError(f"{out} exists; pass --force to overwrite")
+    journal = journal_path(out)
+    try:
+        golden = record_in_memory(plan, target, options, client, api=api, progress=progress,
+                                  notify=notify, journal_at=journal, resume=resume)
+    except (NonDeterministicRecording, ModelChanged):
+        journal.unlink(missing_ok=True)
+        raise
+    write_golden(golden, out, force=force)
+    journal.unlink(missing_ok=True)
+    return golden
+
+
+def record_in_memory(plan: Plan, target: ServerTarget, options: RecordOptions = RecordOptions(),
+                     client: ClientOptions = ClientOptions(), *, api: str = "auto",
+                     progress: ProgressBar | None = None, notify: Notify | None = None,
+                     journal_at: Path | None = None, resume: bool = False) -> Golden:
+    """Record `plan` against the target and return the golden without writing it."""
+    with secrets_scrubbed(known_secrets(client, target)), target.serving(client.api_key) as url:
+        total = len(plan.requests) * options.check_determinism
+        with _progress(progress, f"record {plan.spec.name}", total) as tick:
+            return aio.run(_record(url, plan, options, client, api, tick, notify, journal_at,
+                                   resume))
+
+
+async def _record(url: str, plan: Plan, options: RecordOptions, client: ClientOptions, api: str,
+                  tick: Tick | None, notify: Notify | None, journal_at: Path | None,
+                  resume: bool) -> Golden:
+    async with connect(url, client, api, reference=True) as conn:
+        return await record_connected(conn, plan, options, tick, notify, journal_at, resume)
+
+
+async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
+                           tick: Tick | None = None, notify: Notify | None = None,
+                           journal_at: Path | None = None, resume: bool = False) -> Golden:
+    """Record over an open connection (the journal, when asked for, around it)."""
+    from replay.run.recorder import NonDeterministicReference
+
+    facts = await server_facts(conn)
+    for warning in reference_warnings(facts.server_info):
+        if notify:
+            notify(f"warning: {warning}")
+    journal, already = None, {}
+    if journal_at is not None:
+        header = {"scenario": plan.spec.to_dict(), "model": facts.model}
+        journal, already = Journal.start(journal_at, header, resume)
+    try:
+        golden = await record(conn, plan, options, tick, facts=facts, journal=journal,
+                              already=already)
+        after = model_identity(await conn.model_info(), facts.server_info).label
+        if after != facts.model:
+            raise ModelChanged(f"the server's model changed during the recording ({facts.model!r} "
+                               f"at the start, {after!r} at the end): nothing was written")
+        return golden
+    except NonDeterministicReference as exc:
+        raise NonDeterministicRecording(f"the reference is not deterministic: {exc}") from None
+    finally:
+        if journal:
+            journal.close()

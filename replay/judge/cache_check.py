@@ -1,0 +1,182 @@
+"""Cache-hit expectations: a replay in which nothing was served from cache proves nothing.
+
+For a turn >= 1 request, let `history` be its parent's input length and `output` its parent's
+output length; its input starts with those `history + output` tokens (sglang-protocol.md):
+- `attention` (radix cache over pages of size P): cached_tokens is one of `history + output`,
+  `history + output - 1`, or `floor((history + output - 1) / P) * P`;
+- `mamba:I` (hybrid model, SSM states tracked every I tokens):
+  cached_tokens >= floor((history + output - 1) / I) * I;
+- `any`: cached_tokens >= 1 (some prefix was reused), for caches that are not page-based and
+  whose hit length depends on slot assignment (llama.cpp);
+- `none`: no expectation (e.g. replaying against another cache-disabled server).
+`auto` reads the server's settings; an API adapter that knows its server's cache better names
+the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `api_default`.
+Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
+how an over-reported hit is caught.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from replay.utils.errors import MalformedResponse, UsageError
+
+# Fallback only, for servers older than 0.5.23 (which report `uses_mamba_radix_cache`): substrings
+# of the lowercased model_type, architectures and model path of hybrid (Mamba / linear-attention)
+# models, from SGLang 0.5.23's hybrid architectures (arg_groups/overrides.py, configs/).
+HYBRID_MARKERS = (
+    "mamba", "hybrid", "nemotron_h", "nemotronh", "qwen3_next", "qwen3next", "falcon_h1",
+    "falconh1", "jamba", "granitemoehybrid", "lfm2", "zamba", "zaya", "bamba",
+    "inkling",  # the seed's model: model_type inkling_model, InklingForConditionalGeneration
+    "kimi_linear", "kimilinear", "kimi_k3", "kimik3", "bailing_hybrid", "bailingmoev2_5",
+    "bailingmoev3", "bailing_moe_v3", "qwen3_5", "qwen3.5", "qwen4exp", "qwen4_exp",
+    "interns2", "intern_s2", "minicpmv4_6", "minicpmv4_7", "jetnemotron", "jet_nemotron",
+    "jetvlm", "jet_vlm", "glm5next", "glm5_next", "gigachat3_5", "gigachat35",
+)
+# Mamba radix cache strategies that keep SSM states at track boundaries (every
+# `mamba_track_interval` tokens); `no_buffer` keeps one only where a request finished.
+TRACKING_STRATEGIES = ("extra_buffer", "extra_buffer_lazy", "auto")
+
+
+@dataclass(frozen=True)
+class CacheExpectation:
+    kind: str  # "none" | "any" | "attention" | "mamba"
+    page_size: int = 1
+    interval: int = 1
+
+    def __str__(self) -> str:
+        if self.kind == "mamba":
+            return f"mamba:{self.interval}"
+        if self.kind == "attention":
+            return f"attention(page={self.page_size})"
+        return "any" if self.kind == "any" else "none"
+
+    def minimum(self, history: int, output: int, lag: int = 0) -> int:
+        """The least acceptable hit; `lag` is SGLang's allowed checkpoint lag for a request whose
+        parent was retracted (its last decode checkpoint may be gone): mamba only."""
+        span = history + output
+        if self.kind == "attention":
+            return min(span - 1, (span - 1) // self.page_size * self.page_size)
+        if self.kind == "mamba":
+            return max(0, (span - 1) // self.interval * self.interval - lag)
+        if self.kind == "any":
+            return 1
+        return 0
+
+    def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int,
+                lag: int = 0) -> str | None:
+        """Why this hit breaks the expectation, or None (`lag`: see `minimum`)."""
+        if cached > prompt - 1:
+            return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
+        if self.kind == "none" or turn == 0:
+            return None
+        if self.kind == "any":
+            return None if cached >= 1 else "cached_tokens 0: no prefix was reused"
+        span = history + output
+        if self.kind == "attention":
+            allowed = {span, span - 1, (span - 1) // self.page_size * self.page_size}
+            if cached not in allowed:
+                return f"cached_tokens {cached} not in {sorted(allowed)} (attention, page {self.page_size})"
+            return None
+        floor = self.minimum(history, output, lag)
+        if cached < floor:
+            allowed = f", checkpoint lag {lag} allowed after a retraction" if lag else ""
+            return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval}{allowed})"
+        return None
+
+
+def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any],
+                      api_default: str | None = None) -> CacheExpectation:
+    """`auto`, `none`, `any`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from
+    server_info)."""
+    page = _positive(server_info.get("page_size"), 1)
+    if text == "auto":
+        return auto_expectation(server_info, model_info, api_default)
+    if text in ("none", "any"):
+        return CacheExpectation(text)
+    if text == "attention":
+        return CacheExpectation("attention", page_size=page)
+    kind, _, arg = text.partition(":")
+    if kind == "mamba":
+        interval = _positive(server_info.get("mamba_track_interval"), 0)
+        if arg:
+            try:
+                interval = int(arg)
+            except ValueError:
+                interval = 0
+        if interval <= 0:
+            raise UsageError(f"invalid --expect-cache {text!r}: give mamba:INTERVAL with INTERVAL > 0")
+        return CacheExpectation("mamba", page_size=page, interval=interval)
+    raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, any, attention or mamba:INTERVAL")
+
+
+def auto_expectation(server_info: dict[str, Any], model_info: dict[str, Any],
+                     api_default: str | None = None) -> CacheExpectation:
+    """Derive the expectation from what the server reports about itself (or, for adapters that
+    know better, from their `api_default`).
+
+    A hybrid model is recognised by SGLang's own resolution (`uses_mamba_radix_cache`, 0.5.23);
+    model-name markers are the fallback for servers that do not report it. A hybrid server
+    tracking states every `mamba_track_interval` tokens gets `mamba:I`; one with the `no_buffer`
+    strategy keeps a state only where a request finished (less a replay lag), so only `any`
+    reuse can be asked of it.
+    """
+    if server_flag(server_info, "disable_radix_cache"):
+        return CacheExpectation("none")
+    if api_default in ("none", "any"):
+        return CacheExpectation(api_default)
+    page = _positive(server_info.get("page_size"), 1)
+    interval = _positive(server_info.get("mamba_track_interval"), 0)
+    if not is_hybrid(server_info, model_info):
+        return CacheExpectation("attention", page_size=page)
+    strategy = server_info.get("mamba_radix_cache_strategy")
+    if strategy is not None and strategy not in TRACKING_STRATEGIES:
+        return CacheExpectation("any")
+    if interval:
+        return CacheExpectation("mamba", page_size=page, interval=interval)
+    return CacheExpectation("any")
+
+
+def is_hybrid(server_info: dict[str, Any], model_info: dict[str, Any]) -> bool:
+    """SGLang's own answer when the server gives one, else the model-name markers."""
+    if server_info.get("uses_mamba_radix_cache") is not None:
+        return server_flag(server_info, "uses_mamba_radix_cache")
+    described = " ".join(
+        str(x).lower()
+        for x in (model_info.get("model_type"), model_info.get("architectures"),
+                  model_info.get("model_path"), server_info.get("model_path"))
+    )
+    return bool(server_info.get("mamba_track_interval")) and any(m in described for m in HYBRID_MARKERS)
+
+
+def server_flag(server_info: dict[str, Any], key: str) -> bool:
+    """A boolean server setting, read strictly: absent or null is false, true/false are
+    themselves, anything else (the string "false", 0) is a MalformedResponse, because guessing
+    could silently switch a cache check off."""
+    value = server_info.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise MalformedResponse(f"server setting {key} is {str(value)[:40]!r}, not true or false")
+
+
+def _positive(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+@dataclass
+class HitTally:
+    """Hit lengths and tiers over a replay, for the report and --require-tier."""
+
+    lengths: Counter[int] = field(default_factory=Counter)
+    tiers: Counter[str] = field(default_factory=Counter)
+
+    def add(self, cached: int, details: dict[str, int]) -> None:
+        self.lengths[cached] += 1
+        for tier, n in details.items():
+            if n > 0:
+                self.tiers[tier] += n
+
+    def histogram(self) -> dict[str, int]:
+        return {str(k): v for k, v in sorted(self.lengths.items())}

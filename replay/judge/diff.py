@@ -1,0 +1,242 @@
+"""Compare one request's replayed outputs against the golden's, bit for bit.
+
+Per request: token ids first; positions after the first differing token are not compared (their
+context differs). Then the logprob of each compared token, by bit pattern. Then the top-k lists
+with SGLang's tie rule: two top-k maps are equal when every shared token has the identical value
+and every token present in only one of them has a value equal to the other map's minimum.
+
+A `Policy` turns the measurements into pass/fail:
+- `exact`: every compared bit identical (the default, and the point of this tool);
+- `kl:THR`: no token divergence and mean KL (SGLang's estimator mean((exp(r)-1)-r), r = replay -
+  golden logprob) <= THR;
+- `ulp:N`: no token divergence and every compared value within N float32 ULPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from replay.utils.bits import ULP_INFINITE, same_bits, ulp_distance
+from replay.utils.errors import UsageError
+
+IDENTICAL = "identical"
+LOGPROB_DRIFT = "logprob_drift"
+TOKEN_DIVERGENCE = "token_divergence"
+
+
+class Outputs(Protocol):
+    output_ids: np.ndarray
+    logprobs: np.ndarray
+    top_ids: np.ndarray | None
+    top_logprobs: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: str  # "exact" | "kl" | "ulp"
+    kl_threshold: float = 0.0
+    max_ulp: int = 0
+
+    def __str__(self) -> str:
+        if self.kind == "kl":
+            return f"kl:{self.kl_threshold:g}"
+        if self.kind == "ulp":
+            return f"ulp:{self.max_ulp}"
+        return "exact"
+
+    @classmethod
+    def parse(cls, text: str) -> "Policy":
+        kind, _, arg = text.partition(":")
+        try:
+            if kind == "exact" and not arg:
+                return cls("exact")
+            if kind == "kl" and arg:
+                thr = float(arg)
+                if thr >= 0:
+                    return cls("kl", kl_threshold=thr)
+            if kind == "ulp" and arg:
+                n = int(arg)
+                if n >= 0:
+                    return cls("ulp", max_ulp=n)
+        except ValueError:
+            pass
+        raise UsageError(f"invalid policy {text!r}: use exact, kl:THRESHOLD or ulp:N")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first position where replay and golden differ."""
+
+    position: int  # 0-based output index
+    kind: str  # "token" | "logprob" | "top_k"
+    golden_token: int
+    replay_token: int
+    golden_logprob: float
+    replay_logprob: float
+    ulp: int
+
+
+@dataclass(frozen=True)
+class RequestDiff:
+    status: str  # identical | logprob_drift | token_divergence
+    compared: int  # output positions compared (up to and including a token divergence)
+    first: Divergence | None  # the earliest difference of any kind
+    token_position: int | None  # where the chosen tokens first differ, if they do
+    max_ulp: int  # over compared token logprobs and shared top-k values
+    mean_kl: float  # over positions before any token divergence
+    passed: bool  # under the policy
+    abs_delta: np.ndarray  # |replay - golden| logprob per compared position; empty if identical
+    ulp: np.ndarray  # ULP distance per compared position (int64); empty if identical
+
+
+def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDiff:
+    identical = _identical(golden, replay)
+    if identical is not None:
+        return identical
+    g_ids, r_ids = golden.output_ids, replay.output_ids
+    n = min(len(g_ids), len(r_ids))
+    mismatch = np.flatnonzero(g_ids[:n] != r_ids[:n])
+    token_at = int(mismatch[0]) if mismatch.size else (n if len(g_ids) != len(r_ids) else -1)
+    same_ctx = token_at if token_at >= 0 else n  # positions whose context and token agree
+    compared = min(n, same_ctx + 1) if token_at >= 0 else n
+
+    g_lp, r_lp = golden.logprobs[:compared], replay.logprobs[:compared]
+    lp_equal = same_bits(g_lp, r_lp)
+    # identical bits are 0 ULP apart: the distance is worth computing only when some differ
+    ulps = np.zeros(compared, np.int64) if lp_equal.all() else ulp_distance(g_lp, r_lp)
+    with np.errstate(invalid="ignore", over="ignore"):
+        abs_delta = np.abs(r_lp - g_lp)
+        r = r_lp[:same_ctx] - g_lp[:same_ctx]
+        kl_terms = np.expm1(r) - r
+    mean_kl = float(kl_terms.mean()) if kl_terms.size else 0.0
+
+    top_ok, top_members_ok, top_ulp = _compare_top(golden, replay, compared)
+    token_ulps = ulps[:same_ctx]
+    max_ulp = int(max(token_ulps.max(initial=0), top_ulp.max(initial=0)))
+
+    first = _first_divergence(g_ids, r_ids, golden.logprobs, replay.logprobs, ulps,
+                              lp_equal, top_ok, token_at, same_ctx)
+    if token_at >= 0:
+        status = TOKEN_DIVERGENCE
+    elif first is not None:
+        status = LOGPROB_DRIFT
+    else:
+        status = IDENTICAL
+    passed = _passes(policy, status, mean_kl, max_ulp, bool(top_members_ok.all()))
+    token_position = token_at if token_at >= 0 else None
+    if status == IDENTICAL:  # nothing to show per position: keep memory flat on long runs
+        abs_delta, ulps = abs_delta[:0], ulps[:0]
+    return RequestDiff(status, compared, first, token_position, max_ulp, mean_kl, passed,
+                       abs_delta, ulps)
+
+
+def _identical(golden: Outputs, replay: Outputs) -> RequestDiff | None:
+    """The usual verdict in a few whole-array comparisons: every token, logprob bit and top-k
+    entry the same (and no NaN, whose KL term the full path reports). None otherwise."""
+    g_lp, r_lp = golden.logprobs, replay.logprobs
+    if not (np.array_equal(golden.output_ids, replay.output_ids)
+            and np.array_equal(np.asarray(g_lp, np.float64).view(np.uint64),
+                               np.asarray(r_lp, np.float64).view(np.uint64))
+            and not np.isnan(g_lp).any()):
+        return None
+    if (golden.top_ids is None) != (replay.top_ids is None):
+        return None
+    if golden.top_ids is not None and not (
+            np.array_equal(golden.top_ids, replay.top_ids)
+            and np.array_equal(np.asarray(golden.top_logprobs, np.float64).view(np.uint64),
+                               np.asarray(replay.top_logprobs, np.float64).view(np.uint64))):
+        return None
+    empty = np.zeros(0, np.float64)
+    return RequestDiff(IDENTICAL, len(g_lp), None, None, 0, 0.0, True, empty,
+                       np.zeros(0, np.int64))
+
+
+def _passes(policy: Policy, status: str, mean_kl: float, max_ulp: int,
+            top_members_ok: bool) -> bool:
+    if status == IDENTICAL:
+        return True
+    if status == TOKEN_DIVERGENCE or policy.kind == "exact":
+        return False
+    if policy.kind == "kl":
+        return bool(np.isfinite(mean_kl)) and mean_kl <= policy.kl_threshold
+    # ulp: top-k rows may differ only in the values of shared tokens, within the bound
+    return max_ulp <= policy.max_ulp and top_members_ok
+
+
+def _first_divergence(g_ids, r_ids, g_lp, r_lp, ulps, lp_equal, top_ok, token_at, same_ctx):  # type: ignore[no-untyped-def]
+    bad = ~lp_equal[:same_ctx] | ~top_ok[:same_ctx]
+    drift_at = int(np.flatnonzero(bad)[0]) if bad.any() else -1
+    if drift_at < 0 and token_at < 0:
+        return None
+    if drift_at >= 0:
+        pos, kind = drift_at, ("logprob" if not lp_equal[drift_at] else "top_k")
+    else:
+        pos, kind = token_at, "token"
+    has = pos < len(g_ids) and pos < len(r_ids)
+    return Divergence(
+        position=pos,
+        kind=kind,
+        golden_token=int(g_ids[pos]) if pos < len(g_ids) else -1,
+        replay_token=int(r_ids[pos]) if pos < len(r_ids) else -1,
+        golden_logprob=float(g_lp[pos]) if pos < len(g_lp) else float("nan"),
+        replay_logprob=float(r_lp[pos]) if pos < len(r_lp) else float("nan"),
+        ulp=int(ulps[pos]) if has and pos < len(ulps) else int(ULP_INFINITE),
+    )
+
+
+def _compare_top(
+    golden: Outputs, replay: Outputs, compared: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per compared position: top-k equal under the tie rule? the same tokens (up to the tie
+    rule)? and the max ULP distance over shared tokens.
+
+    Rows that are identical (ids and value bits) are settled in one vectorized pass; only the
+    others go through the per-row tie rule.
+    """
+    ok = np.ones(compared, dtype=bool)
+    members_ok = np.ones(compared, dtype=bool)
+    worst = np.zeros(compared, dtype=np.int64)
+    if golden.top_ids is None or replay.top_ids is None or compared == 0:
+        return ok, members_ok, worst
+    gi, ri = golden.top_ids[:compared], replay.top_ids[:compared]
+    gv, rv = golden.top_logprobs[:compared], replay.top_logprobs[:compared]
+    if gi.shape[1] != ri.shape[1]:
+        raise UsageError(f"top-k width differs: golden {gi.shape[1]}, replay {ri.shape[1]}")
+    row_same = np.all(gi == ri, axis=1) & np.all(same_bits(gv, rv), axis=1)
+    for pos in np.flatnonzero(~row_same):
+        ok[pos], members_ok[pos], worst[pos] = top_k_equal(gi[pos], gv[pos], ri[pos], rv[pos])
+    return ok, members_ok, worst
+
+
+def top_k_equal(g_ids: np.ndarray, g_vals: np.ndarray, r_ids: np.ndarray,
+                r_vals: np.ndarray) -> tuple[bool, bool, int]:
+    """SGLang's tie-tolerant bitwise top-k equality for one position.
+
+    Returns (equal, same_members, worst): `equal` under the tie rule; `same_members` when the
+    token sets agree up to the tie rule (values of shared tokens may differ); `worst` the max ULP
+    distance over shared tokens. Ids of -1 mark absent entries."""
+    g = {int(t): v for t, v in zip(g_ids, g_vals) if t >= 0}
+    r = {int(t): v for t, v in zip(r_ids, r_vals) if t >= 0}
+    shared = g.keys() & r.keys()
+    worst = 0
+    values_equal = True
+    for t in shared:
+        a, b = np.array([g[t]]), np.array([r[t]])
+        if not same_bits(a, b)[0]:
+            values_equal = False
+            worst = max(worst, int(ulp_distance(a, b)[0]))
+    members = True
+    for source, other in ((g, r), (r, g)):
+        only = source.keys() - other.keys()
+        if not only:
+            continue
+        if not other:
+            members = False
+            continue
+        floor = np.array([min(other.values())])
+        if not all(same_bits(np.array([source[t]]), floor)[0] for t in only):
+            members = False
+    return values_equal and members, members, worst

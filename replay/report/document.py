@@ -1,0 +1,117 @@
+"""The replay report: the one JSON document (schema in docs/report.md).
+
+`ReplayResult` (replay/report/results.py) is what the replayer produces; `report_dict` is its stable,
+documented JSON form, which every view reads (replay/report/views.py, replay/report/html/).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from replay.utils.bits import ULP_INFINITE, hex_bits
+from replay.judge.diff import IDENTICAL
+from replay.report.results import ReplayResult, RequestOutcome
+
+SCHEMA = "golden-replay/report/1"
+DETAIL_POSITIONS = 4096  # per-position arrays kept for a non-identical request
+
+
+def _num(x: float) -> float | str | None:
+    """JSON has no NaN/inf: write them as strings rather than produce invalid JSON."""
+    if x is None:
+        return None
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return x
+
+
+def _ulp(u: int) -> int | str:
+    return "inf" if u >= ULP_INFINITE else int(u)
+
+
+def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
+    d = o.diff
+    first = None
+    if d.first is not None:
+        f = d.first
+        first = {
+            "position": f.position, "kind": f.kind,
+            "golden_token": f.golden_token, "replay_token": f.replay_token,
+            "golden_logprob": _num(f.golden_logprob), "replay_logprob": _num(f.replay_logprob),
+            "golden_bits": hex_bits(f.golden_logprob), "replay_bits": hex_bits(f.replay_logprob),
+            "ulp": _ulp(f.ulp),
+        }
+    out: dict[str, Any] = {
+        "id": o.id, "repeat": o.repeat, "status": o.status, "passed": o.passed,
+        "cached_tokens": o.cached_tokens, "cached_tokens_details": o.cached_details,
+        "expected_min_cached": o.expected_min_cached, "cache_problem": o.cache_problem,
+        "num_retractions": o.num_retractions, "retraction_lag": o.retraction_lag,
+        "tokens_compared": d.compared, "max_ulp": _ulp(d.max_ulp), "mean_kl": _num(d.mean_kl),
+        "first_divergence": first,
+        "token_divergence_position": d.token_position,
+    }
+    if d.status != IDENTICAL:
+        n = min(DETAIL_POSITIONS, len(d.abs_delta))
+        out["detail"] = {
+            "abs_delta": [_num(float(x)) for x in d.abs_delta[:n]],
+            "ulp": [_ulp(int(x)) for x in d.ulp[:n]],
+            "top_k": _clean_top(o.top),
+        }
+    return out
+
+
+def _clean_top(top: dict[str, Any] | None) -> dict[str, Any] | None:
+    if top is None:
+        return None
+    return {
+        "position": top["position"],
+        "golden": [[t, _num(v)] for t, v in top["golden"]],
+        "replay": [[t, _num(v)] for t, v in top["replay"]],
+    }
+
+
+def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy: str,
+                error: str | None = None) -> dict[str, Any]:
+    if result is None:
+        return {"schema": SCHEMA, "verdict": "error", "error": error, "golden": golden,
+                "server": server, "policy": policy, "summary": None, "requests": []}
+    outcomes = result.outcomes
+    failed_repeats = sorted({o.repeat for o in outcomes if not o.passed})
+    finite_kl = [o.diff.mean_kl for o in outcomes if np.isfinite(o.diff.mean_kl)]
+    verdict = "error" if error else ("pass" if result.passed else "fail")
+    return {
+        "schema": SCHEMA,
+        "verdict": verdict,
+        "error": error,
+        "golden": golden,
+        "server": server,
+        "policy": policy,
+        "expect_cache": result.expectation,
+        "require_tier": result.require_tier,
+        "tier_problem": result.tier_problem,
+        "storage_cleared": result.storage_cleared,
+        "storage_hits_after_clear": result.storage_hits_after_clear,
+        "warnings": result.warnings,
+        "summary": {
+            "requests": len({o.id for o in outcomes}),
+            "repeats": result.repeats,
+            "repeats_failed": len(failed_repeats),
+            "failed_repeat_indices": failed_repeats,
+            "tokens_compared": int(sum(o.diff.compared for o in outcomes)),
+            "requests_diverged": sum(1 for o in outcomes if o.diff.status != IDENTICAL),
+            "requests_failed": sum(1 for o in outcomes if not o.passed),
+            "cache_misses": sum(1 for o in outcomes if o.cache_problem),
+            "retracted_requests": sum(1 for o in outcomes if o.num_retractions),
+            "mean_kl": _num(float(np.mean(finite_kl)) if finite_kl else 0.0),
+            "max_ulp": _ulp(max((o.diff.max_ulp for o in outcomes), default=0)),
+            "cache_hit_lengths": result.hit_lengths,
+            "cached_tokens_by_tier": result.tiers,
+        },
+        "numerics": result.numerics,
+        "golden_meta": result.golden_meta,
+        "server_meta": result.server_meta,
+        "requests": [outcome_dict(o) for o in outcomes],
+    }

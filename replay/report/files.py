@@ -1,0 +1,59 @@
+"""Writing report files: JSON, JUnit and HTML, each replaced atomically.
+
+A report file is either the complete new document or the previous file untouched: each is
+written to a temporary file beside it, flushed to disk, then renamed over the target. A crash or
+a full disk therefore never leaves a truncated report, nor half of a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # e.g. a full disk: name the file, not the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_stale(*paths: Path | None) -> None:
+    """Remove a previous run's report files before a run starts: a run killed outright (even by
+    SIGKILL) then leaves no report rather than a stale verdict."""
+    for path in paths:
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+
+
+def json_text(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+
+def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Path | None = None,
+                  html: Path | None = None, junit_text: str | None = None) -> None:
+    """Each requested view of one report document (`junit_text` overrides the replay JUnit
+    view, e.g. the matrix's one suite per profile)."""
+    if report:
+        write_atomic(report, json_text(doc))
+    if junit:
+        from replay.report.views import junit_xml
+
+        write_atomic(junit, junit_text if junit_text is not None else junit_xml(doc))
+    if html:
+        from replay.report.html import render_html
+
+        write_atomic(html, render_html(doc))

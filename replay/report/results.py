@@ -1,0 +1,92 @@
+"""What a replay produced: one outcome per request and repeat, and the whole result.
+
+These are plain records; their documented JSON form is `replay.report.document.report_dict`, and every
+other view (JUnit, console lines, HTML, merged shards) reads that document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from replay.judge.diff import IDENTICAL, RequestDiff
+from replay.golden.tree import parse_request_id
+
+CACHE_MISS = "cache_miss"
+
+
+@dataclass
+class RequestOutcome:
+    id: str
+    repeat: int
+    diff: RequestDiff
+    cached_tokens: int
+    cached_details: dict[str, int]
+    expected_min_cached: int | None
+    cache_problem: str | None
+    top: dict[str, Any] | None = None  # top-k of both sides at the first divergence
+    num_retractions: int = 0  # times the server retracted this request (meta_info)
+    retraction_lag: int = 0  # checkpoint lag allowed because its parent was retracted
+
+    @property
+    def status(self) -> str:
+        if self.diff.status == IDENTICAL and self.cache_problem:
+            return CACHE_MISS
+        return self.diff.status
+
+    @property
+    def passed(self) -> bool:
+        return self.diff.passed and self.cache_problem is None
+
+
+@dataclass
+class ReplayResult:
+    golden: str
+    server: str
+    policy: str
+    repeats: int
+    expectation: str
+    outcomes: list[RequestOutcome] = field(default_factory=list)
+    hit_lengths: dict[str, int] = field(default_factory=dict)
+    tiers: dict[str, int] = field(default_factory=dict)
+    require_tier: str | None = None
+    golden_meta: dict[str, Any] = field(default_factory=dict)
+    server_meta: dict[str, Any] = field(default_factory=dict)
+    storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
+    numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
+
+    @property
+    def storage_hits_after_clear(self) -> list[dict[str, Any]]:
+        """Turn-0 requests served from L3 storage in a repeat that began by clearing it: the
+        clear did not empty the tier, so the repeat did not start cold."""
+        if not self.storage_cleared:
+            return []
+        return [{"id": o.id, "repeat": o.repeat, "storage": o.cached_details.get("storage", 0)}
+                for o in self.outcomes
+                if o.cached_details.get("storage", 0) > 0
+                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0]
+
+    @property
+    def warnings(self) -> list[str]:
+        """Things a reader must know that do not change the verdict by themselves."""
+        stale = self.storage_hits_after_clear
+        if not stale:
+            return []
+        return [f"{len(stale)} turn-0 request(s) were served from L3 storage in a repeat that "
+                "began by clearing it: the clear did not empty the tier, so the repeat did not "
+                "start cold"]
+
+    @property
+    def tier_problem(self) -> str | None:
+        if self.require_tier and self.tiers.get(self.require_tier, 0) == 0:
+            seen = ", ".join(f"{k}={v}" for k, v in sorted(self.tiers.items())) or "none"
+            return f"no cache hits came from the {self.require_tier} tier (tokens by tier: {seen})"
+        return None
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outcomes) and self.tier_problem is None
+
+    @property
+    def failures(self) -> list[RequestOutcome]:
+        return [o for o in self.outcomes if not o.passed]

@@ -1,0 +1,76 @@
+"""Views of the report document in words: JUnit XML, one line per failure, the verdict line.
+
+Each reads only the JSON document (`replay.report.document.report_dict`, docs/report.md), so it works the
+same for a replay, a `golden diff`, a matrix profile and merged shard reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from xml.etree import ElementTree as ET
+
+
+def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
+    """One testcase per request id (and repeat, when there are several)."""
+    requests = report.get("requests") or []
+    suite = ET.Element("testsuite", name=suite_name, tests=str(max(1, len(requests))))
+    failures = errors = 0
+    if report["verdict"] == "error":
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name="replay")
+        ET.SubElement(case, "error", message=str(report.get("error")))
+        errors += 1
+    repeats = (report.get("summary") or {}).get("repeats", 1)
+    for r in requests:
+        name = r["id"] if repeats == 1 else f"{r['id']}#{r['repeat']}"
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name=name)
+        if not r["passed"]:
+            failures += 1
+            ET.SubElement(case, "failure", message=failure_line(r), type=r["status"])
+    if report.get("tier_problem"):
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-tier")
+        ET.SubElement(case, "failure", message=report["tier_problem"], type="cache_tier")
+        failures += 1
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def failure_line(r: dict[str, Any]) -> str:
+    f = r.get("first_divergence")
+    if f:
+        line = (f"{r['status']}: first difference at output position {f['position']} "
+                f"({f['kind']}): golden token {f['golden_token']} logprob {f['golden_logprob']} "
+                f"({f['golden_bits']}), replay token {f['replay_token']} logprob "
+                f"{f['replay_logprob']} ({f['replay_bits']}), {f['ulp']} ulp")
+        t = r.get("token_divergence_position")
+        if t is not None and t != f["position"]:
+            line += f"; tokens diverge at position {t}"
+        return line
+    return r.get("cache_problem") or r["status"]
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    if report["verdict"] == "error":
+        return f"ERROR: {report['error']}"
+    s = report["summary"]
+    hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
+    tiers = ", ".join(f"{k}={v}" for k, v in sorted(s["cached_tokens_by_tier"].items())) or "-"
+    head = "PASS" if report["verdict"] == "pass" else "FAIL"
+    line = (f"{head}: {s['requests']} requests x {s['repeats']} repeat(s), "
+            f"{s['tokens_compared']} tokens compared, {s['requests_failed']} failed "
+            f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
+            f"policy {report['policy']}, max ulp {s['max_ulp']}; "
+            f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
+    if report.get("tier_problem"):
+        line += f"; {report['tier_problem']}"
+    for warning in report.get("warnings") or []:
+        line += f"; warning: {warning}"
+    return line
+
+
+def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
+    failing = [r for r in report.get("requests", []) if not r["passed"]]
+    lines = [f"{r['id']} (repeat {r['repeat']}): {failure_line(r)}" for r in failing[:limit]]
+    if len(failing) > limit:
+        lines.append(f"... and {len(failing) - limit} more (see --report)")
+    return lines

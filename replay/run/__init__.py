@@ -1,0 +1,1 @@
+"""Driving one recording or one replay: the runner, recorder, replayer and journal."""

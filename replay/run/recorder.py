@@ -1,0 +1,158 @@
+"""Record a scenario's reference outputs from a server into an in-memory Golden.
+
+`record` asks the server for its settings and model, runs the plan (optionally several times:
+`check_determinism`), and refuses a reference whose repeated recordings differ by a bit. The
+journal (crash-safe resume) and the atomic write around it belong to `replay.jobs.session`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay.server.apis.base import SAMPLING, Completion
+from replay.server.connection import Connection
+from replay.judge.diff import IDENTICAL, Policy, diff_outputs
+from replay.utils.errors import MalformedResponse, UsageError
+from replay.golden.fingerprint import model_identity, source_meta, vocab_size
+from replay.golden.model import Golden, RecordedRequest
+from replay.golden.meaning import logprob_problem
+from replay.run.journal import Journal
+from replay.run.runner import check_schedule, run_nodes
+from replay.golden.scenario import Plan, check_vocab
+from replay.judge.server_checks import check_sampling_defaults
+from replay.golden.tree import input_ids
+
+Progress = Callable[[str], None]  # called with the request id as each completes
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    schedule: str = "lockstep"
+    check_determinism: int = 1  # record this many times; all must agree bit for bit
+
+    def __post_init__(self) -> None:
+        check_schedule(self.schedule)
+        if isinstance(self.check_determinism, bool) or not isinstance(self.check_determinism, int) \
+                or self.check_determinism < 1:
+            raise UsageError("--check-determinism must be >= 1")
+
+
+class NonDeterministicReference(Exception):
+    """Repeated recordings of the reference differ: the golden would be worthless."""
+
+
+async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int | None,
+                      progress: Progress | None = None, journal: Journal | None = None,
+                      already: dict[int, Completion] | None = None) -> list[Completion]:
+    """One recording of the plan; requests in `already` (from a journal) are not sent again."""
+    done: dict[int, Completion] = dict(already or {})
+
+    def inputs_for(i: int) -> np.ndarray:
+        return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
+
+    def on_done(i: int, completion: Completion) -> None:
+        refuse_unless_logprobs(plan.requests[i].id, completion)
+        done[i] = completion
+        if journal:
+            journal.add(i, plan.requests[i].id, completion)
+        if progress:
+            progress(plan.requests[i].id)
+
+    remaining = [i for i in range(len(plan.requests)) if i not in done]
+    if progress:
+        for _ in range(len(plan.requests) - len(remaining)):
+            progress("resumed")
+    await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
+                    top_k=plan.spec.top_k, vocab_size=vocab, only=remaining)
+    return [done[i] for i in range(len(plan.requests))]
+
+
+def refuse_unless_logprobs(request_id: str, completion: Completion) -> None:
+    """A reference whose logprobs are not log-probabilities (NaN, infinite, positive) is never
+    recorded: a NaN matches itself bit for bit, so the golden would pass against the very
+    server that produced it."""
+    problem = logprob_problem(completion.logprobs, completion.top_ids, completion.top_logprobs)
+    if problem:
+        raise MalformedResponse(f"request {request_id}: the reference's {problem} is not a "
+                                "log-probability; refusing to record it")
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a recording needs to know about the server before it starts."""
+
+    server_info: dict[str, Any]
+    model_info: dict[str, Any]
+
+    @property
+    def vocab(self) -> int | None:
+        return vocab_size(self.model_info, self.server_info)
+
+    @property
+    def model(self) -> str | None:
+        return model_identity(self.model_info, self.server_info).label
+
+
+async def server_facts(conn: Connection) -> ServerFacts:
+    return ServerFacts(await conn.server_info(), await conn.model_info())
+
+
+async def record(conn: Connection, plan: Plan, options: RecordOptions,
+                 progress: Progress | None = None, *, facts: ServerFacts | None = None,
+                 journal: Journal | None = None,
+                 already: dict[int, Completion] | None = None) -> Golden:
+    """Record the plan into a Golden. With a `journal`, the first recording journals each
+    completed request and skips those in `already` (resumed)."""
+    facts = facts or await server_facts(conn)
+    check_vocab(plan.spec, facts.vocab)
+    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
+    runs: list[list[Completion]] = []
+    for attempt in range(options.check_determinism):
+        if attempt > 0:
+            await conn.flush_cache()
+        runs.append(await record_once(
+            conn, plan, schedule=options.schedule, vocab=facts.vocab, progress=progress,
+            journal=journal if attempt == 0 else None, already=already if attempt == 0 else None,
+        ))
+    differences = determinism_differences(plan, runs)
+    if differences:
+        raise NonDeterministicReference(
+            f"{len(differences)} request(s) differ across {len(runs)} recordings; first: "
+            + "; ".join(differences[:5])
+        )
+    return Golden(
+        scenario=plan.spec.to_dict(),
+        prefixes=plan.prefixes,
+        requests=[_recorded(plan, i, c) for i, c in enumerate(runs[0])],
+        sampling=dict(SAMPLING),
+        meta=source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
+                         flush=conn.api.flush_note),
+    )
+
+
+def determinism_differences(plan: Plan, runs: list[list[Completion]]) -> list[str]:
+    exact = Policy("exact")
+    found: list[str] = []
+    for r, run in enumerate(runs[1:], start=1):
+        for i, (a, b) in enumerate(zip(runs[0], run)):
+            d = diff_outputs(a, b, exact)
+            if d.status != IDENTICAL and d.first is not None:
+                found.append(f"{plan.requests[i].id} (run {r}, {d.status} at position "
+                             f"{d.first.position})")
+    return found
+
+
+def _recorded(plan: Plan, i: int, c: Completion) -> RecordedRequest:
+    req = plan.requests[i]
+    return RecordedRequest(
+        id=req.id, group=req.group, branch=req.branch, turn=req.turn, parent=req.parent,
+        new_tokens=req.new_tokens, max_new_tokens=req.max_new_tokens,
+        output_ids=c.output_ids, logprobs=c.logprobs, top_ids=c.top_ids,
+        top_logprobs=c.top_logprobs, cached_tokens=c.cached_tokens,
+        cached_details=c.cached_details, finish_reason=c.finish_reason,
+        num_retractions=c.num_retractions,
+    )

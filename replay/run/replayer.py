@@ -1,0 +1,156 @@
+"""Replay a golden against a server and judge every request.
+
+Exactly the golden's inputs are sent: turn t+1 carries the golden's turn-t output, whatever the
+replay produced, so one divergence never cascades into the rest of the tree. Each repeat starts
+from an empty cache (`/flush_cache`), so its hits come from its own earlier turns. Results are
+diffed as they arrive and only the judgement is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay.server.apis.base import Completion
+from replay.judge.cache_check import CacheExpectation, HitTally, parse_expectation
+from replay.server.connection import Connection
+from replay.judge.diff import IDENTICAL, Policy, diff_outputs
+from replay.utils.errors import ModelMismatch, NumericsMismatch, UsageError
+from replay.golden.fingerprint import model_identity, model_mismatch, source_meta, vocab_size
+from replay.golden.model import Golden
+from replay.judge.numerics import compare_numerics
+from replay.report.results import ReplayResult, RequestOutcome
+from replay.run.runner import check_schedule, run_nodes
+from replay.judge.server_checks import check_sampling_defaults
+
+Progress = Callable[[str], None]
+TIERS = ("host", "storage", "device")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a golden is replayed and judged; checked on construction (UsageError, exit 2).
+    `policy` may be given as text (`exact`, `kl:THR`, `ulp:N`)."""
+
+    policy: Policy = Policy("exact")
+    schedule: str = "lockstep"
+    repeat: int = 1
+    expect_cache: str = "auto"
+    require_tier: str | None = None
+    allow_model_mismatch: bool = False
+    allow_numerics_mismatch: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):
+            object.__setattr__(self, "policy", Policy.parse(self.policy))
+        check_schedule(self.schedule)
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or self.repeat < 1:
+            raise UsageError("--repeat must be >= 1")
+        if self.require_tier not in (None, *TIERS):
+            raise UsageError(f"invalid --require-tier {self.require_tier!r}: use host or storage")
+
+
+def check_model(golden: Golden, server_info: dict[str, Any], model_info: dict[str, Any]) -> None:
+    recorded = model_identity(golden.meta.get("model_info", {}), golden.meta.get("server_info", {}))
+    serving = model_identity(model_info, server_info)
+    why = model_mismatch(recorded, serving)
+    if why:
+        raise ModelMismatch(f"{why} (pass --allow-model-mismatch to replay anyway)")
+
+
+async def replay(conn: Connection, golden: Golden, golden_name: str, options: ReplayOptions,
+                 progress: Progress | None = None) -> ReplayResult:
+    server_info = await conn.server_info()
+    model_info = await conn.model_info()
+    if not options.allow_model_mismatch:
+        check_model(golden, server_info, model_info)
+    numerics = compare_numerics(golden.meta.get("server_info", {}), server_info)
+    if numerics.differing and not options.allow_numerics_mismatch:
+        raise NumericsMismatch(f"{numerics.mismatch_line()} (pass --allow-numerics-mismatch "
+                               "to replay anyway)")
+    check_sampling_defaults(model_info, {**golden.sampling, "max_new_tokens": 0})
+    expectation = parse_expectation(options.expect_cache, server_info, model_info,
+                                    conn.api.expect_cache_auto)
+    vocab = vocab_size(model_info, server_info)
+    inputs = [golden.input_ids(i) for i in range(len(golden.requests))]
+    tally = HitTally()
+    result = ReplayResult(
+        golden=golden_name, server=conn.url, policy=str(options.policy),
+        repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
+        golden_meta=golden.meta,
+        server_meta=source_meta(conn.url, server_info, model_info, api=conn.api.name,
+                                flush=conn.api.flush_note),
+        numerics=numerics.as_dict(allowed=options.allow_numerics_mismatch),
+    )
+    lag = retraction_lag(server_info, expectation)
+    for rep in range(options.repeat):
+        await conn.flush_cache()
+        if await conn.clear_storage(server_info):
+            result.storage_cleared += 1
+        retractions: dict[int, int] = {}
+
+        def on_done(i: int, completion: Completion, rep: int = rep,
+                    retractions: dict[int, int] = retractions) -> None:
+            retractions[i] = completion.num_retractions
+            parent = golden.requests[i].parent
+            allowed = lag if parent >= 0 and retractions.get(parent, 0) > 0 else 0
+            outcome = judge(golden, i, inputs, completion, rep, options.policy, expectation,
+                            allowed)
+            tally.add(completion.cached_tokens, completion.cached_details)
+            result.outcomes.append(outcome)
+            if progress:
+                progress(golden.requests[i].id)
+
+        await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
+                        schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab)
+    order = {r.id: i for i, r in enumerate(golden.requests)}
+    result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
+    result.hit_lengths = tally.histogram()
+    result.tiers = dict(tally.tiers)
+    return result
+
+
+def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -> int:
+    """SGLang's allowed checkpoint lag after a retraction (kl_multiturn_utils'
+    `make_mamba_decode_assert`): a resumed prefill tracks states relative to its cached prefix,
+    so the kept checkpoint may lag the decode boundary by less than one prefill chunk."""
+    chunk = server_info.get("chunked_prefill_size")
+    if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+        return chunk - 1
+    return max(0, expectation.interval - 1)
+
+
+def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completion, rep: int,
+          policy: Policy, expectation: CacheExpectation, lag: int = 0) -> RequestOutcome:
+    req = golden.requests[i]
+    diff = diff_outputs(req, completion, policy)
+    history = output = 0
+    if req.parent >= 0:
+        history = len(inputs[req.parent])
+        output = len(golden.requests[req.parent].output_ids)
+    problem = expectation.problem(turn=req.turn, history=history, output=output,
+                                  cached=completion.cached_tokens, prompt=len(inputs[i]), lag=lag)
+    expected = (expectation.minimum(history, output, lag)
+                if req.turn > 0 and expectation.kind != "none" else None)
+    top = None
+    if diff.status != IDENTICAL and diff.first is not None and req.top_ids is not None \
+            and completion.top_ids is not None:
+        p = diff.first.position
+        top = {
+            "position": p,
+            "golden": _top_pairs(req.top_ids[p], req.top_logprobs[p]),
+            "replay": _top_pairs(completion.top_ids[p], completion.top_logprobs[p]),
+        }
+    return RequestOutcome(
+        id=req.id, repeat=rep, diff=diff, cached_tokens=completion.cached_tokens,
+        cached_details=completion.cached_details, expected_min_cached=expected,
+        cache_problem=problem, top=top, num_retractions=completion.num_retractions,
+        retraction_lag=lag,
+    )
+
+
+def _top_pairs(ids: np.ndarray, vals: np.ndarray) -> list[list[Any]]:
+    return [[int(t), float(v)] for t, v in zip(ids, vals) if t >= 0]

@@ -1,0 +1,109 @@
+"""What every server API shares: the `Api` protocol, the neutral `Completion`, strict helpers.
+
+The recorder, replayer and diff know nothing about any API: the runner sends what `Api.request`
+builds through the transport (`replay.server.transport.ServerClient`, which knows no API) and hands back
+what `Api.parse` makes of the answer, a `Completion`. Parsers are strict: anything outside a
+protocol's promise raises `MalformedResponse` naming the request, because a response that cannot
+be read exactly must never become a verdict. Adapters state their traits as class attributes
+(`expect_cache_auto`, `flush_note`), never as keys injected into the server's own settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from replay.utils.errors import MalformedResponse
+
+if TYPE_CHECKING:
+    from replay.server.transport import ServerClient
+
+
+# The sampling every request uses (greedy, fixed length); stored in each golden.
+SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
+
+
+@dataclass
+class Completion:
+    """One parsed answer, values exactly as sent (float64 of the server's float32)."""
+
+    output_ids: np.ndarray  # int32 [n]
+    logprobs: np.ndarray  # float64 [n]
+    top_ids: np.ndarray | None  # int32 [n, k], -1 where fewer than k were sent
+    top_logprobs: np.ndarray | None  # float64 [n, k], NaN where top_ids is -1
+    cached_tokens: int
+    cached_details: dict[str, int] = field(default_factory=dict)
+    finish_reason: str = "length"
+    prompt_tokens: int | None = None
+    num_retractions: int = 0  # times the scheduler dropped and recomputed the request
+
+
+class Api(Protocol):
+    name: str
+    # What `--expect-cache auto` means on this API when the server says nothing itself: None to
+    # decide from the server's settings (SGLang), "none" where hits cannot be judged.
+    expect_cache_auto: str | None
+    # How `flush_cache` empties the server's cache, recorded with each golden and report.
+    flush_note: str
+
+    def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
+        """The (path, JSON body) of one greedy generation with output logprobs."""
+        ...
+
+    def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
+              vocab_size: int | None) -> Completion:
+        """The answer, validated strictly (MalformedResponse naming the request otherwise)."""
+        ...
+
+    async def server_info(self, client: "ServerClient") -> dict[str, Any]:
+        """Server settings, SGLang-style keys where they exist (page_size, disable_radix_cache...)."""
+        ...
+
+    async def model_info(self, client: "ServerClient") -> dict[str, Any]:
+        """At least `model_path` (the model's identity) and, when known, `vocab_size`."""
+        ...
+
+    async def flush_cache(self, client: "ServerClient") -> None:
+        """Empty the server's prefix cache (before each replay repeat)."""
+        ...
+
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """Empty an attached L3 storage tier, which a flush leaves alone; False when the server
+        has none (nothing to clear)."""
+        ...
+
+
+def malformed(request_id: str, what: str) -> MalformedResponse:
+    """The one-line error for a response that breaks the protocol, naming the request."""
+    return MalformedResponse(f"request {request_id}: malformed response: {what}")
+
+
+def number(value: Any, request_id: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise malformed(request_id, f"{where} is {_short_repr(value)}, not a number")
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range
+        raise malformed(request_id, f"{where} is an integer past float64's range") from None
+
+
+MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32: a larger one would wrap
+
+
+def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:
+    """An int in [0, vocab_size) (in [0, 2^31) when the server states no vocabulary), else
+    MalformedResponse."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise malformed(request_id, f"{where} is {_short_repr(value)}, not a token id")
+    if value < 0 or (vocab_size is not None and value >= vocab_size):
+        raise malformed(request_id, f"{where} = {value} is outside the vocabulary (size {vocab_size})")
+    if value > MAX_TOKEN_ID:
+        raise malformed(request_id, f"{where} = {value} is outside the token id range [0, 2^31)")
+    return value
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,87 @@
+"""SGLang's native API: POST /generate with input_ids; its answers are read by the strict
+parser in `replay.server.apis.sglang_parse` (sglang-protocol.md). Anything outside the protocol's promise
+raises `MalformedResponse` naming the request."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from replay.server.apis.base import SAMPLING, Completion
+from replay.server.apis.sglang_parse import parse_completion, parse_text
+from replay.utils.errors import ServerError
+
+__all__ = ["SGLangApi", "generate_body", "parse_completion", "parse_text"]
+
+if TYPE_CHECKING:
+    from replay.server.transport import ServerClient
+
+
+FLUSH_TIMEOUT = 30.0  # seconds the server may wait for running requests before flushing
+
+
+class SGLangApi:
+    name = "sglang"
+    expect_cache_auto = None  # decided from /server_info (radix cache, hybrid model)
+    flush_note = "POST /flush_cache before each repeat"
+
+    def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
+        return "/generate", generate_body(input_ids, max_new_tokens, top_k)
+
+    def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
+              vocab_size: int | None) -> Completion:
+        return parse_completion(obj, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                                vocab_size=vocab_size)
+
+    def parse_text(self, text: str, request_id: str, *, max_new_tokens: int, top_k: int,
+                   vocab_size: int | None) -> Completion:
+        """The answer read from its JSON text (typed decoding: see `sglang_parse`)."""
+        return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                          vocab_size=vocab_size)
+
+    async def server_info(self, client: "ServerClient") -> dict[str, Any]:
+        return await client.get_json("/server_info", fallback="/get_server_info")
+
+    async def model_info(self, client: "ServerClient") -> dict[str, Any]:
+        return await client.get_json("/model_info", fallback="/get_model_info")
+
+    async def flush_cache(self, client: "ServerClient") -> None:
+        """`?timeout=` makes the server itself wait until idle (0.5.23); an older server ignores
+        the parameter and answers 400 while busy, which the client retries briefly."""
+        await client.post_until_idle(f"/flush_cache?timeout={FLUSH_TIMEOUT:g}")
+
+    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
+        """POST /hicache/storage-backend/clear when an L3 backend is attached (a flush keeps L3).
+        The endpoint takes the admin key where the server has one, else the API key."""
+        if not server_info.get("hicache_storage_backend"):
+            return False
+        path = "/hicache/storage-backend/clear"
+        admin = client.options.admin_api_key
+        headers = {"Authorization": f"Bearer {admin}"} if admin else None
+        status, text = await client.raw("POST", path, path, headers=headers)
+        if status != 200:
+            hint = (" (pass the server's --admin-api-key as --admin-api-key or "
+                    "GOLDEN_ADMIN_API_KEY)" if status in (401, 403) else "")
+            raise ServerError(f"{client.url}{path} answered HTTP {status}: {text.strip()[:200]}"
+                              f"{hint}; repeats cannot start from an empty L3 storage tier")
+        return True
+
+
+def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> dict[str, Any]:
+    """A greedy generate request asking for output logprobs only (prefix reuse stays possible)."""
+    body: dict[str, Any] = {
+        "input_ids": np.asarray(input_ids, dtype=np.int64).tolist(),
+        "sampling_params": {**SAMPLING, "max_new_tokens": int(max_new_tokens)},
+        "return_logprob": True,
+        "logprob_start_len": -1,
+        "top_logprobs_num": int(top_k),
+        "return_text_in_logprobs": False,
+    }
+    if top_k > 0:
+        # Top-k as flat base64 float32/int32 arrays: exact bits and far cheaper to parse. A server
+        # older than SGLang 0.5.23 ignores these keys and answers with nested lists; the parser
+        # reads either form.
+        body["return_flat_raw_output_top_logprobs"] = True
+        body["return_flat_raw_top_logprobs_b64"] = True
+    return body

@@ -1,0 +1,77 @@
+"""A connection: the transport (`ServerClient`) and the API adapter that speaks over it.
+
+The one place where a client is opened and its adapter chosen (`connect`), so every entry point
+(record, replay, matrix, update, demo, the pytest plugin, the detection matrix) talks to every
+API the same way. The transport never learns the adapter; the adapter gets the transport as an
+argument for each call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay.server.apis import resolve_api
+from replay.server.apis.base import Api, Completion
+from replay.server.transport import ClientOptions, ServerClient
+from replay.utils.errors import MalformedResponse
+
+
+@dataclass
+class Connection:
+    client: ServerClient
+    api: Api
+
+    @property
+    def url(self) -> str:
+        return self.client.url
+
+    async def server_info(self) -> dict[str, Any]:
+        return await self.api.server_info(self.client)
+
+    async def model_info(self) -> dict[str, Any]:
+        return await self.api.model_info(self.client)
+
+    async def flush_cache(self) -> None:
+        await self.api.flush_cache(self.client)
+
+    async def clear_storage(self, server_info: dict[str, Any]) -> bool:
+        return await self.api.clear_storage(self.client, server_info)
+
+    async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
+                       top_k: int, vocab_size: int | None) -> Completion:
+        """One generation: the adapter's request, sent, and its answer parsed strictly. An
+        adapter with a `parse_text` method reads the answer's text itself (typed decoding)."""
+        path, body = self.api.request(input_ids, max_new_tokens, top_k)
+        budget = response_budget(len(input_ids), max_new_tokens, top_k)
+        parse_text = getattr(self.api, "parse_text", None)
+        try:
+            if parse_text is not None:
+                text = await self.client.post_text(path, body, request_id, max_bytes=budget)
+                return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                                  vocab_size=vocab_size)
+            raw = await self.client.post(path, body, request_id, max_bytes=budget)
+            return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
+                                  vocab_size=vocab_size)
+        except MalformedResponse as exc:  # its message may quote what the server sent
+            raise MalformedResponse(self.client.scrub(str(exc))) from None
+
+
+def response_budget(prompt_tokens: int, max_new_tokens: int, top_k: int) -> int:
+    """The most bytes an honest answer to one generation can take, generously: real answers
+    spend 30-300 bytes per (position, candidate) entry (OpenAI's are the longest: token text and
+    bytes); 1 KiB each, 64 bytes per prompt token (echoed tokens) and 1 MiB of slack."""
+    return 2**20 + 64 * prompt_tokens + 1024 * max_new_tokens * (top_k + 1)
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, options: ClientOptions | None = None, api: str = "auto", *,
+                  reference: bool = False) -> AsyncIterator[Connection]:
+    """`async with connect(url, options, api) as conn:`. `api` is an adapter name or `auto`
+    (ask the server); `reference` turns per-request cache switches off (see `get_api`)."""
+    async with ServerClient(url, options) as client:
+        yield Connection(client, await resolve_api(client, api, reference=reference))

@@ -1,0 +1,1 @@
+"""The ground floor every package may import: errors, bit comparison, asyncio glue, redaction."""

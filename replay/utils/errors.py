@@ -1,0 +1,32 @@
+"""Errors that end a run with exit code 2: the tool could not reach a verdict.
+
+An error is never a pass and never a fail. Every message is one line a user can act on.
+"""
+
+
+class GoldenError(Exception):
+    """Base class: anything that prevents a verdict (exit code 2)."""
+
+
+class UsageError(GoldenError):
+    """Bad arguments or a bad scenario file."""
+
+
+class GoldenFormatError(GoldenError):
+    """A golden that cannot be read: missing, corrupt, wrong schema, failed checksum."""
+
+
+class ServerError(GoldenError):
+    """The server is unreachable or kept answering errors after bounded retries."""
+
+
+class MalformedResponse(GoldenError):
+    """The server answered, but not in the shape the protocol promises."""
+
+
+class ModelMismatch(GoldenError):
+    """The server serves a different model than the golden was recorded with."""
+
+
+class NumericsMismatch(GoldenError):
+    """The replay server runs other arithmetic than the reference (replay/judge/numerics.py)."""

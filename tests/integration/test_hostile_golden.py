@@ -1,0 +1,220 @@
+"""A tampered or hostile golden is refused: it never verifies, never replays as PASS, never
+exhausts memory, never follows a link, and a reader racing an update never sees a torn golden
+(issue 14, classes 7, 8 and 10)."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from golden_cli.main import app
+from replay.golden.store import attrs_sha256, read_golden, verify_golden, write_golden
+from tests.support.stub_server import StubConfig, StubServer
+from tests.support import paths
+
+runner = CliRunner()
+ROOT = paths.REPO
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("g") / "deep.zarr"
+    with StubServer(StubConfig(radix=False)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "deep",
+                                  "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def rewritten(golden: Path, tmp_path: Path, change) -> Path:
+    """The golden changed in memory and written again: every checksum is recomputed."""
+    g = read_golden(golden)
+    change(g)
+    out = tmp_path / "tampered.zarr"
+    write_golden(g, out)
+    return out
+
+
+def refused(path: Path) -> str:
+    res = runner.invoke(app, ["verify", str(path)])
+    assert res.exit_code == 2, res.output
+    with StubServer(StubConfig()) as stub:
+        rep = runner.invoke(app, ["replay", str(path), "--server", stub.url, "-q"])
+    assert rep.exit_code == 2 and "Traceback" not in rep.output, rep.output
+    return res.output
+
+
+# --- class 7: goldens that verify but mean nothing ----------------------------------------------
+
+
+def _empty(g):
+    g.requests = []
+
+
+def _all_turns_zero(g):
+    for r in g.requests:
+        r.turn = 0
+
+
+def _no_top_k(g):
+    for r in g.requests:
+        r.top_ids = r.top_logprobs = None
+
+
+def _duplicate_top_ids(g):
+    r = g.requests[0]
+    r.top_ids = r.top_ids.copy()
+    r.top_ids[:, 1] = r.top_ids[:, 0]
+
+
+def _output_longer_than_max_new_tokens(g):
+    g.requests[-1].max_new_tokens = 5
+
+
+def _set_logprob(value):
+    def change(g):
+        r = g.requests[1]
+        r.logprobs = r.logprobs.copy()
+        r.logprobs[2] = value
+    return change
+
+
+def _set_output_id(value):
+    def change(g):
+        r = g.requests[1]
+        r.output_ids = r.output_ids.copy()
+        r.output_ids[2] = value
+    return change
+
+
+@pytest.mark.parametrize("change, words", [
+    (_empty, "no requests"),
+    (_all_turns_zero, "conversation tree"),
+    (_no_top_k, "top-k"),
+    (_duplicate_top_ids, "twice"),
+    (_output_longer_than_max_new_tokens, "max_new_tokens"),
+    (_set_logprob(np.nan), "log-probability"),
+    (_set_logprob(0.5), "log-probability"),
+    (_set_logprob(-np.inf), "log-probability"),
+    (_set_output_id(-3), "outside"),
+    (_set_output_id(2**31 - 1), "outside"),
+], ids=["empty", "turns-zero", "no-top-k", "duplicate-top", "length", "nan", "positive", "inf",
+        "negative-id", "huge-id"])
+def test_a_golden_that_verifies_byte_for_byte_but_means_nothing_is_refused(golden, tmp_path,
+                                                                           change, words):
+    assert words in refused(rewritten(golden, tmp_path, change))
+
+
+# --- class 8: small goldens that would exhaust memory ---------------------------------------------
+
+
+def _edit_array_meta(path: Path, name: str, shape: list[int], chunk_shape: list[int]) -> None:
+    meta_path = path / name / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["shape"] = shape
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = chunk_shape
+    meta_path.write_text(json.dumps(meta))
+    root = json.loads((path / "zarr.json").read_text())
+    root["attributes"]["arrays"][name]["shape"] = shape
+    root["attributes"]["attrs_sha256"] = attrs_sha256(root["attributes"])
+    (path / "zarr.json").write_text(json.dumps(root))
+
+
+def _copy(golden: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "hostile.zarr"
+    subprocess.run(["cp", "-r", str(golden), str(out)], check=True)
+    return out
+
+
+def _peak_rss_mib(*args: str) -> tuple[int, str]:
+    """Run `golden ARGS` in a child; its exit code and peak resident memory, in MiB."""
+    code = ("import resource, subprocess, sys; "
+            f"p = subprocess.run([sys.executable, '-m', 'cli', *{list(args)!r}], "
+            "capture_output=True, text=True, timeout=120); "
+            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024); "
+            "print(p.stdout + p.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=150).stdout
+    head, _, rest = out.partition("\n")
+    rc, peak = head.split()
+    return int(rc), int(peak), rest
+
+
+def test_a_huge_declared_shape_in_one_element_chunks_is_refused_before_reading(golden, tmp_path):
+    path = _copy(golden, tmp_path)
+    _edit_array_meta(path, "logprobs", [100_000_000], [1])
+    rc, peak, output = _peak_rss_mib("verify", str(path))
+    assert rc == 2 and "logprobs" in output, output
+    assert peak < 400, f"{peak} MiB"
+
+
+def _zstd_rle_frame(size: int) -> bytes:
+    """A zstd frame of `size` zero bytes made of RLE blocks: a few KB that expand to `size`."""
+    block = 128 * 1024
+    frame = bytearray(b"\x28\xb5\x2f\xfd" + bytes([0b1110_0000]) + size.to_bytes(8, "little"))
+    left = size
+    while left:
+        n = min(block, left)
+        left -= n
+        header = (n << 3) | (1 << 1) | (1 if left == 0 else 0)  # RLE block, last flag
+        frame += header.to_bytes(3, "little") + b"\x00"
+    return bytes(frame)
+
+
+def test_a_chunk_that_decompresses_past_its_size_is_refused_without_decompressing(golden,
+                                                                                  tmp_path):
+    path = _copy(golden, tmp_path)
+    bomb = _zstd_rle_frame(1024 * 2**20)  # 1 GiB of zeros in 32 KB
+    (path / "logprobs" / "c" / "0").write_bytes(bomb)
+    rc, peak, output = _peak_rss_mib("verify", str(path))
+    assert rc == 2 and "logprobs" in output, output
+    assert peak < 400, f"{peak} MiB"
+
+
+# --- class 10: links, torn reads --------------------------------------------------------------
+
+
+def test_a_symbolic_link_inside_a_golden_is_refused_even_to_identical_bytes(golden, tmp_path):
+    path = _copy(golden, tmp_path)
+    chunk = path / "logprobs" / "c" / "0"
+    chunk.unlink()
+    chunk.symlink_to(golden / "logprobs" / "c" / "0")  # the very same bytes: checksums match
+    assert any("symbolic link" in p for p in verify_golden(path))
+    assert "symbolic link" in refused(path)
+
+
+def test_a_reader_racing_an_update_never_sees_a_torn_golden(golden, tmp_path):
+    first = read_golden(golden)
+    second = copy.deepcopy(first)
+    for r in second.requests:
+        r.logprobs = np.nextafter(r.logprobs, -np.inf)  # a re-recording that changed every value
+    target = tmp_path / "racing.zarr"
+    write_golden(first, target)
+    stop = threading.Event()
+
+    def updater():
+        n = 0
+        while not stop.is_set():
+            write_golden(second if n % 2 else first, target, force=True)
+            n += 1
+
+    thread = threading.Thread(target=updater)
+    thread.start()
+    errors = []
+    try:
+        for _ in range(60):
+            try:
+                read_golden(target)
+            except Exception as exc:  # noqa: BLE001 - the test collects what a reader sees
+                errors.append(str(exc))
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []

@@ -1,0 +1,109 @@
+"""However `golden` ends, its launched server ends too, and no stale verdict is left behind
+(issue 14, classes 3 and 6, and Ctrl-C during start-up).
+
+Each test runs a real `golden replay --launch` in a child process against a fake server profile
+whose command is a `sh -c` wrapper around a Python server (so the process group holds two
+processes, as SGLang's does), and signals `golden` in the middle of a request.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replay.server.process_group import group_members
+from tests.data.fake_servers.helpers import FAKE_DIR
+from tests.support.goldens import record_single
+from tests.support import paths
+
+ROOT = paths.REPO
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> Path:
+    return record_single(tmp_path_factory)
+
+
+def wrapped_profile(tmp_path: Path, script: str, *args: str, stop_timeout: float = 3.0) -> Path:
+    inner = " ".join(["{python}", str(FAKE_DIR / script), "--host", "{host}", "--port", "{port}",
+                      *args])
+    path = tmp_path / f"{Path(script).stem.replace('_', '-')}.toml"
+    path.write_text(f"command = [\"sh\", \"-c\", \"{inner}; exit 0\"]\n"
+                    f"startup_timeout = 60\nstop_timeout = {stop_timeout}\nwarmup = false\n")
+    return path
+
+
+def start_golden(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"golden exited before {what}: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def wait_gone(pgid: int, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return group_members(pgid)
+
+
+def kill_leftovers(pgid: int) -> None:
+    if group_members(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGKILL"])
+def test_a_signalled_golden_leaves_no_server_no_scratch_and_no_stale_pass(golden, tmp_path, sig):
+    pid_file = tmp_path / "server.pid"
+    profile = wrapped_profile(tmp_path, "slow_stub.py", "--pid-file", str(pid_file))
+    report, logs = tmp_path / "r.json", tmp_path / "logs"
+    report.write_text(json.dumps({"verdict": "pass"}))  # a previous run's verdict
+    proc = start_golden("replay", str(golden), "--launch", str(profile), "--log-dir", str(logs),
+                        "--report", str(report), "-q")
+    wait_for(pid_file.exists, proc, "the first /generate")
+    _, pgid = map(int, pid_file.read_text().split())
+    try:
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        left = wait_gone(pgid, timeout=15.0)
+    finally:
+        kill_leftovers(pgid)
+    assert left == [], f"server processes outlived golden: {left}"
+    assert not list(logs.glob("*-scratch-*")), "the scratch directory outlived golden"
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+        assert not report.exists() or json.loads(report.read_text())["verdict"] == "error"
+        return
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted")
+    assert json.loads(report.read_text())["verdict"] == "error"
+
+
+def test_ctrl_c_while_a_server_starts_is_one_line_and_exit_2(golden, tmp_path):
+    profile = wrapped_profile(tmp_path, "never_healthy.py")
+    logs = tmp_path / "logs"
+    proc = start_golden("replay", str(golden), "--launch", str(profile), "--log-dir", str(logs),
+                        "-q")
+    log = logs / "never-healthy.log"
+    wait_for(lambda: log.exists() and "loading weights" in log.read_text(), proc, "start-up")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert err.strip() == "error: interrupted (Ctrl-C)"

@@ -1,0 +1,115 @@
+"""Each injected fault breaks exactly the cache path it names: cold requests stay exact, the
+request served through that path does not (or, for overreport-cached, lies about its hit)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import replace
+
+import pytest
+
+from replay.engine.engine import LLMEngine
+from replay.engine.faults import FAULTS, Faults
+from replay.engine.server import start_server
+from tests.unit.engine.test_exactness import (HICACHE, HIT_B, NEW_A, NEW_B, REFERENCE, Out, cold, model,
+                                         prompts, run_conversation)
+
+# The cache shape under which each fault's path is taken by request B.
+FAULT_OPTIONS = {
+    "host-bf16": HICACHE,  # B's checkpoint at 24 comes back from host
+    "late-ssm-checkpoint": HICACHE,  # the checkpoint at 24 was recorded in A's decode
+    "stale-host-page": HICACHE,
+    "write-back-early-evict": replace(HICACHE, hicache_write_policy="write_back"),
+    "page-first-head-transpose": HICACHE,
+    "conv-state-dropped": HICACHE,
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULT_OPTIONS))
+def test_fault_corrupts_the_cache_hit_but_not_cold_requests(fault):
+    seqs = run_conversation(replace(FAULT_OPTIONS[fault], fault=fault))
+    assert Out.of(seqs["A"]) == cold()["A"] and Out.of(seqs["C"]) == cold()["C"]
+    assert seqs["B"].reused == HIT_B
+    assert Out.of(seqs["B"]) != cold()["B"], f"{fault} left the cache hit exact"
+
+
+def test_every_fault_is_exercised_here():
+    others = {"overreport-cached", "prompt-logprobs-stale-buffer", "split-k-by-extend"}
+    assert set(FAULT_OPTIONS) | others == set(FAULTS)
+
+
+def test_split_k_fault_changes_only_a_request_whose_hit_shortened_its_prefill():
+    """The faulty kernel is a property of the library, on the reference as on the cached server:
+    cold requests agree; B, prefilling 8 tokens after its hit, does not."""
+    fault = "split-k-by-extend"
+    engine = LLMEngine(replace(REFERENCE, fault=fault), model())
+    try:
+        p = prompts()
+        cold_faulty = {name: Out.of(engine.generate(p[name], n, 3))
+                       for name, n in (("A", NEW_A), ("C", 1), ("B", NEW_B))}
+    finally:
+        engine.close()
+    seqs = run_conversation(replace(HICACHE, fault=fault))
+    assert Out.of(seqs["A"]) == cold_faulty["A"] and Out.of(seqs["C"]) == cold_faulty["C"]
+    assert seqs["B"].reused == HIT_B and Out.of(seqs["B"]) != cold_faulty["B"]
+
+
+def test_late_checkpoint_needs_overlap_scheduling():
+    assert not Faults("late-ssm-checkpoint").late_checkpoint(overlap=False)
+    seqs = run_conversation(replace(HICACHE, fault="late-ssm-checkpoint",
+                                    disable_overlap_schedule=True))
+    assert Out.of(seqs["B"]) == cold()["B"]
+
+
+def test_page_first_fault_leaves_layer_first_exact():
+    seqs = run_conversation(replace(HICACHE, fault="page-first-head-transpose",
+                                    hicache_mem_layout="layer_first"))
+    assert seqs["B"].cached.host > 0 and Out.of(seqs["B"]) == cold()["B"]
+
+
+def _generate(url: str, ids: list[int], n: int) -> dict:
+    body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n,
+                                                  "ignore_eos": True},
+            "return_logprob": True, "top_logprobs_num": 3}
+    request = urllib.request.Request(url + "/generate", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)
+
+
+def test_overreport_cached_claims_the_whole_prompt_but_computes_exactly():
+    p = prompts()
+    with start_server(replace(HICACHE, fault="overreport-cached"), model()) as server:
+        a = _generate(server.url, p["A"], 6)
+        b = _generate(server.url, p["B"], 6)
+    assert a["meta_info"]["cached_tokens"] == 0  # a cold request reports honestly
+    assert b["meta_info"]["cached_tokens"] == len(p["B"])  # more than could ever be reused
+    assert sum(v for v in b["meta_info"]["cached_tokens_details"].values()) == HIT_B
+    assert [lp for lp, _, _ in b["meta_info"]["output_token_logprobs"]] == list(cold()["B"].logprobs)
+
+
+def _prompt_logprobs(engine: LLMEngine, ids: list[int]) -> tuple[list[float], int]:
+    seq = engine.generate(ids, 0, logprob_start_len=0)
+    assert seq.error is None, seq.error
+    return seq.input_logprobs, seq.reused
+
+
+def test_stale_prompt_logprob_buffer_serves_reused_positions_from_the_previous_request():
+    p = prompts()
+    clean = LLMEngine(REFERENCE, model())
+    try:
+        cold_b, _ = _prompt_logprobs(clean, p["B"])
+    finally:
+        clean.close()
+    engine = LLMEngine(replace(HICACHE, fault="prompt-logprobs-stale-buffer"), model())
+    try:
+        engine.generate(p["A"], NEW_A)  # caches A's prompt and output
+        first, _ = _prompt_logprobs(engine, p["C"])  # a cold request: fills the buffer honestly
+        b, cached = _prompt_logprobs(engine, p["B"])  # reuses A's pages despite logprob_start_len 0
+    finally:
+        engine.close()
+    assert cached == HIT_B  # SGLang would have reused nothing
+    assert b[cached:] == cold_b[cached:]  # rows after the reused positions are computed, exact
+    left_behind = (first + [0.0] * cached)[:cached]  # C's rows, then what C never wrote
+    assert b[:cached] == left_behind != cold_b[:cached]

@@ -1,0 +1,192 @@
+"""The matrix: one golden against several launched profiles, one of which cannot start."""
+
+from __future__ import annotations
+
+import json
+from xml.etree import ElementTree as ET
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from golden_cli.main import exits_cleanly
+from golden_cli.matrix_cmd import cell, matrix, matrix_table, verdict_lines
+from replay.server.transport import ClientOptions
+from replay.utils.errors import UsageError
+from replay.jobs.matrix import LaunchSettings, matrix_junit, run_matrix, worst_verdict
+from replay.run.replayer import ReplayOptions
+from tests.data.fake_servers.helpers import fake_profile, record_golden
+
+runner = CliRunner()
+
+
+def matrix_app() -> typer.Typer:
+    """The command as cli/main.py registers it."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command("matrix")(exits_cleanly(matrix))
+    app.command("unused")(lambda: None)  # two commands, so "matrix" stays a subcommand
+    return app
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("matrix")
+    golden = record_golden(d / "small.zarr")
+    profiles = {
+        "good": fake_profile(d, "healthy_stub.py", name="good"),
+        "drift": fake_profile(d, "healthy_stub.py", name="drift", args=("--drift",)),
+        "broken": fake_profile(d, "dies_at_once.py", name="broken"),
+    }
+    return d, golden, profiles
+
+
+@pytest.fixture(scope="module")
+def cli_run(setup):
+    d, golden, profiles = setup
+    report, junit = d / "matrix.json", d / "matrix.xml"
+    result = runner.invoke(matrix_app(), [
+        "matrix", str(golden), "--launch", profiles["good"], "--launch", profiles["broken"],
+        "--launch", profiles["drift"], "--report", str(report), "--junit", str(junit),
+        "--log-dir", str(d / "logs"), "-q"])
+    return result, json.loads(report.read_text()), ET.fromstring(junit.read_text()), d
+
+
+def test_worst_profile_decides_the_exit_code(cli_run):
+    result, doc, _, _ = cli_run
+    assert result.exit_code == 2, result.output
+    assert doc["verdict"] == "error"
+    assert doc["matrix"]["verdicts"] == {"good": "pass", "broken": "error", "drift": "fail"}
+
+
+def test_document_holds_one_normal_report_per_profile(cli_run):
+    _, doc, _, d = cli_run
+    assert doc["schema"] == "golden-replay/report/1"
+    assert doc["matrix"]["profiles"] == ["good", "broken", "drift"]
+    good = doc["matrix"]["reports"]["good"]
+    assert good["verdict"] == "pass" and good["summary"]["requests"] == 8
+    assert good["profile"] == "good" and good["server_log"] == str(d / "logs" / "good.log")
+    assert good["server"].startswith("http://127.0.0.1:")
+    drift = doc["matrix"]["reports"]["drift"]
+    assert drift["summary"]["requests_failed"] == 8
+    assert {r["first_divergence"]["position"] for r in drift["requests"]} == {1}
+
+
+def test_profile_that_cannot_start_is_an_error_report_with_its_log_tail(cli_run):
+    _, doc, _, _ = cli_run
+    broken = doc["matrix"]["reports"]["broken"]
+    assert broken["verdict"] == "error" and broken["summary"] is None
+    assert "exited with code 3" in broken["error"] and "CUDA out of memory (fake)" in broken["error"]
+    assert broken["server"] == "launch:broken"
+
+
+def test_junit_has_one_testsuite_per_profile(cli_run):
+    _, _, junit, _ = cli_run
+    assert junit.tag == "testsuites"
+    suites = {s.get("name"): s for s in junit.findall("testsuite")}
+    assert list(suites) == ["good", "broken", "drift"]
+    assert suites["good"].get("failures") == "0" and len(suites["good"].findall("testcase")) == 8
+    assert suites["broken"].get("errors") == "1"
+    assert suites["drift"].get("failures") == "8"
+    assert junit.get("tests") == str(8 + 1 + 8) and junit.get("errors") == "1"
+    assert junit.get("failures") == "8"
+
+
+def test_console_shows_a_verdict_line_per_profile_and_the_matrix_verdict(cli_run):
+    result, _, _, _ = cli_run
+    lines = result.output.splitlines()
+    assert any(line.startswith("good: PASS: 8 requests") for line in lines)
+    assert any(line.startswith("broken: ERROR: launch profile 'broken'") for line in lines)
+    assert any(line.startswith("drift: FAIL: 8 requests") for line in lines)
+    assert lines[-1] == "MATRIX ERROR: 3 profile(s), 1 pass, 1 fail, 1 error"
+
+
+def test_request_by_profile_table(cli_run):
+    _, doc, _, _ = cli_run
+    table = matrix_table(doc)
+    assert [c.header for c in table.columns] == ["request", "good", "broken", "drift"]
+    assert table.row_count == 8
+    cells = {c.header: list(c._cells) for c in table.columns}
+    assert set(cells["good"]) == {"ok"} and set(cells["broken"]) == {"error"}
+    assert set(cells["drift"]) == {"drift@1"}
+
+
+def test_large_tables_show_only_requests_not_passing_everywhere(cli_run):
+    _, doc, _, _ = cli_run
+    table = matrix_table(doc, limit=4)
+    assert table.row_count == 8  # every request failed somewhere (drift)
+    only_good = {**doc, "matrix": {**doc["matrix"], "profiles": ["good"]}}
+    table = matrix_table(only_good, limit=4)
+    assert table.row_count == 0 and "8 request(s) passing on every profile" in table.caption
+
+
+def test_shard_replays_only_its_groups(setup, tmp_path):
+    _, golden, profiles = setup
+    doc = run_matrix(golden, [profiles["good"]], ReplayOptions(), ClientOptions(),
+                     LaunchSettings(log_dir=tmp_path), shard="2/2")
+    report = doc["matrix"]["reports"]["good"]
+    assert doc["verdict"] == "pass" and doc["shard"] == "2/2"
+    assert {r["id"][:2] for r in report["requests"]} == {"g1"}
+    assert report["golden_meta"]["shard"]["unit"] == "group"
+
+
+def test_unreadable_golden_is_an_error_for_every_profile_without_launching(setup, tmp_path):
+    _, _, profiles = setup
+    doc = run_matrix(tmp_path / "missing.zarr", [profiles["good"], profiles["drift"]],
+                     ReplayOptions(), ClientOptions(), LaunchSettings(log_dir=tmp_path / "logs"))
+    assert doc["verdict"] == "error"
+    assert all(r["verdict"] == "error" for r in doc["matrix"]["reports"].values())
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("launches, message", [
+    (["no-such-profile"], "no launch profile or file named 'no-such-profile'"),
+    (["embedded-reference", "sglang-reference"], "'sglang-reference' needs a model"),
+    (["embedded-reference", "embedded-reference"], "given twice"),
+])
+def test_bad_profiles_stop_the_matrix_before_anything_starts(setup, tmp_path, launches, message):
+    _, golden, _ = setup
+    args = ["matrix", str(golden), "--log-dir", str(tmp_path / "logs"), "-q"]
+    for name in launches:
+        args += ["--launch", name]
+    result = runner.invoke(matrix_app(), args)
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "logs").exists()
+
+
+def test_invalid_shard_is_a_usage_error(setup, tmp_path):
+    _, golden, profiles = setup
+    result = runner.invoke(matrix_app(), ["matrix", str(golden), "--launch", profiles["good"],
+                                          "--shard", "3/2", "--log-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "invalid --shard '3/2'" in result.output
+
+
+def test_worst_verdict_orders_error_over_fail_over_pass():
+    assert worst_verdict(["pass", "fail"]) == "fail"
+    assert worst_verdict(["fail", "error", "pass"]) == "error"
+    assert worst_verdict(["pass"]) == "pass"
+
+
+def test_cells_name_the_kind_and_position():
+    assert cell({"passed": True}) == "ok"
+    first = {"kind": "token", "position": 5}
+    assert cell({"passed": False, "status": "token_divergence", "first_divergence": first}) == "token@5"
+    assert cell({"passed": False, "status": "cache_miss", "first_divergence": None}) == "miss"
+
+
+def test_matrix_junit_of_an_all_error_document():
+    doc = {"matrix": {"profiles": ["a"], "reports": {"a": {"verdict": "error", "error": "x",
+                                                           "requests": []}}}}
+    root = ET.fromstring(matrix_junit(doc))
+    assert root.get("errors") == "1" and root.find("testsuite").get("name") == "a"
+
+
+def test_verdict_lines_end_with_the_matrix_line():
+    report = {"verdict": "error", "error": "boom"}
+    doc = {"verdict": "error", "matrix": {"profiles": ["a"], "reports": {"a": report}}}
+    assert verdict_lines(doc) == ["a: ERROR: boom", "MATRIX ERROR: 1 profile(s), 0 pass, 0 fail, 1 error"]
+
+
+def test_resolve_profiles_needs_at_least_one(setup):
+    _, golden, _ = setup
+    with pytest.raises(UsageError, match="at least one"):
+        run_matrix(golden, [], ReplayOptions(), ClientOptions(), LaunchSettings())

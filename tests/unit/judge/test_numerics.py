@@ -1,0 +1,105 @@
+"""Numerics parity: the replay server must run the reference's arithmetic (replay/judge/numerics.py),
+else the replay is refused (exit 2) unless --allow-numerics-mismatch; the report shows the fields."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from golden_cli.main import app
+from replay.judge.numerics import compare_numerics
+from tests.support.stub_server import StubConfig, StubServer
+
+SCENARIO = """groups = 1
+branches = 2
+prefix_len = 40
+suffix_len = 8
+turns = 2
+turn_suffix_len = 4
+max_new_tokens = 6
+top_k = 2
+"""
+REFERENCE = {"attention_backend": "fa4", "page_size": 16, "chunked_prefill_size": 2048,
+             "dtype": "bfloat16", "disable_radix_cache": True, "max_total_tokens": 500000}
+runner = CliRunner()
+
+
+def test_identical_numerics_fields_do_not_differ():
+    replay = dict(REFERENCE, disable_radix_cache=False, max_total_tokens=4096)
+    assert compare_numerics(REFERENCE, replay).differing == ()
+
+
+def test_each_differing_field_is_named_with_both_values():
+    replay = dict(REFERENCE, attention_backend="flashinfer", page_size=1)
+    result = compare_numerics(REFERENCE, replay)
+    assert result.differing == ("attention_backend", "page_size")
+    assert "attention_backend flashinfer (golden: fa4), page_size 1 (golden: 16)" \
+        in result.mismatch_line()
+
+
+def test_cache_settings_are_not_numerics():
+    replay = dict(REFERENCE, disable_radix_cache=False, hicache_io_backend="direct",
+                  max_total_tokens=4096, disable_overlap_schedule=False)
+    assert compare_numerics(REFERENCE, replay).differing == ()
+
+
+@pytest.mark.parametrize("golden_info, replay_info", [
+    ({}, REFERENCE),                       # an old golden, or one from llama.cpp
+    (REFERENCE, {"page_size": 16}),        # a server that reports only some fields
+])
+def test_a_field_absent_on_either_side_is_not_a_mismatch(golden_info, replay_info):
+    result = compare_numerics(golden_info, replay_info)
+    assert result.differing == ()
+    assert "attention_backend" in result.fields
+
+
+def test_fields_the_replay_server_declares_independent_are_shown_not_enforced():
+    replay = dict(REFERENCE, page_size=64, numerics_independent_of=["page_size"])
+    result = compare_numerics(REFERENCE, replay)
+    assert result.differing == ()
+    assert result.fields["page_size"] == {"golden": 16, "replay": 64}
+    assert result.independent == ("page_size",)
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("golden")
+    (d / "s.toml").write_text(SCENARIO)
+    out = d / "s.zarr"
+    with StubServer(StubConfig(radix=False, extra_server_info=REFERENCE)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", str(d / "s.toml"),
+                                  "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def replay(golden: Path, tmp_path: Path, server_info: dict, *extra: str):
+    report = tmp_path / "report.json"
+    info = dict(server_info, disable_radix_cache=False)
+    with StubServer(StubConfig(extra_server_info=info)) as stub:
+        res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--report",
+                                  str(report), "--quiet", *extra])
+    return res, json.loads(report.read_text())
+
+
+def test_a_replay_server_with_other_numerics_is_refused_naming_the_fields(golden, tmp_path):
+    res, doc = replay(golden, tmp_path, dict(REFERENCE, attention_backend="flashinfer"))
+    assert res.exit_code == 2 and doc["verdict"] == "error"
+    assert "attention_backend flashinfer (golden: fa4)" in doc["error"]
+    assert "--allow-numerics-mismatch" in doc["error"]
+
+
+def test_allowing_the_mismatch_replays_and_the_report_shows_it(golden, tmp_path):
+    res, doc = replay(golden, tmp_path, dict(REFERENCE, chunked_prefill_size=8192),
+                      "--allow-numerics-mismatch")
+    assert res.exit_code == 0, res.output
+    assert doc["numerics"]["differing"] == ["chunked_prefill_size"]
+    assert doc["numerics"]["mismatch_allowed"] is True
+
+
+def test_a_matching_replay_reports_the_compared_fields(golden, tmp_path):
+    res, doc = replay(golden, tmp_path, REFERENCE)
+    assert res.exit_code == 0, res.output
+    assert doc["numerics"]["differing"] == []
+    assert doc["numerics"]["fields"]["attention_backend"] == {"golden": "fa4", "replay": "fa4"}
