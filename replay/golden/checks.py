@@ -110,10 +110,31 @@ def attrs_problem(attrs: dict[str, Any], version: int) -> str | None:
     n = len(attrs["request_ids"])
     if len(attrs["finish_reasons"]) != n or len(attrs["cached_tokens_details"]) != n:
         return "request_ids, finish_reasons and cached_tokens_details differ in length"
+    prompt = _prompt_attr_problem(attrs.get("prompt_logprobs"), n) \
+        if "prompt_logprobs" in attrs else None
+    if prompt:
+        return prompt
     for name, entry in attrs["arrays"].items():
         if not (isinstance(entry, dict) and isinstance(entry.get("data_type"), str)
                 and _is_shape(entry.get("shape")) and isinstance(entry.get("sha256"), str)):
             return f"entry for array {name!r} needs data_type, shape and sha256"
+    return None
+
+
+def _prompt_attr_problem(value: Any, n: int) -> str | None:
+    """The `prompt_logprobs` attribute: {"starts": [n ints >= -1], "counts": [n ints >= 0]}, a
+    count of 0 wherever the start is -1."""
+    if not isinstance(value, dict) or set(value) != {"starts", "counts"}:
+        return "attribute 'prompt_logprobs' must be {\"starts\": [...], \"counts\": [...]}"
+    starts, counts = value["starts"], value["counts"]
+    if not (isinstance(starts, list) and isinstance(counts, list)
+            and len(starts) == n and len(counts) == n):
+        return "attribute 'prompt_logprobs': starts and counts need one entry per request"
+    if not all(type(s) is int and s >= -1 for s in starts) \
+            or not all(type(c) is int and 0 <= c <= INT32_MAX for c in counts):
+        return "attribute 'prompt_logprobs': starts must be ints >= -1, counts ints >= 0"
+    if any(s < 0 < c for s, c in zip(starts, counts)):
+        return "attribute 'prompt_logprobs': a request with start -1 has prompt logprobs"
     return None
 
 
@@ -237,6 +258,7 @@ def check_structure(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> lis
     if problems:
         return problems
     problems += _check_top(attrs, arrays, n, k)
+    problems += _check_prompt(attrs, arrays)
     problems += _check_counts(attrs, arrays, n_groups, n, k)
     col = {c: table[:, j].tolist() for j, c in enumerate(REQUEST_COLUMNS)}
     problems += check_tree(col["parent"], col["group"], n_groups, attrs["request_ids"])
@@ -256,6 +278,16 @@ def _check_top(attrs: dict[str, Any], arrays: dict[str, np.ndarray], n: int, k: 
         f"{name}: shape {list(arrays[name].shape)}, expected {list(want)}"
         for name in TOP_ARRAYS if arrays[name].shape != want
     ]
+
+
+def _check_prompt(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[str]:
+    if "prompt_logprobs" not in attrs:
+        return []
+    a = arrays["prompt_logprobs"]
+    want = sum(attrs["prompt_logprobs"]["counts"])
+    if a.ndim != 1 or a.size != want:
+        return [f"prompt_logprobs: shape {list(a.shape)}, expected [{want}] (the counts' sum)"]
+    return []
 
 
 def _check_counts(attrs: dict[str, Any], arrays: dict[str, np.ndarray], n_groups: int, n: int,
@@ -294,6 +326,11 @@ def check_in_memory(golden: Golden, k: int) -> list[str]:
             if np.shape(r.top_ids) != want or np.shape(r.top_logprobs) != want:
                 problems.append(f"request {r.id}: top arrays must have shape {want}")
         problems += _check_request_fields(i, r)
+        if (r.prompt_logprob_start >= 0) != (r.prompt_logprobs is not None):
+            problems.append(f"request {r.id}: prompt_logprobs must be set exactly when "
+                            "prompt_logprob_start >= 0")
+        elif r.prompt_logprobs is not None and np.ndim(r.prompt_logprobs) != 1:
+            problems.append(f"request {r.id}: prompt_logprobs must be 1-D")
     problems += check_tree(
         [r.parent for r in reqs], [r.group for r in reqs], len(golden.prefixes), [r.id for r in reqs]
     )

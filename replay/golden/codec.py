@@ -23,7 +23,7 @@ from replay.utils.errors import GoldenFormatError
 from replay.golden.model import Golden, RecordedRequest
 from replay.golden.checks import array_sha256, attrs_sha256, check_in_memory
 from replay.golden.layout import (
-    INT32_MAX, INT32_MIN, REQUEST_COLUMNS, SCHEMA, SCHEMA_VERSION, request_columns,
+    INT32_MAX, INT32_MIN, PROMPT_ARRAY, REQUEST_COLUMNS, SCHEMA, SCHEMA_VERSION, request_columns,
 )
 from replay.golden.pack import pack, unpack
 from replay.utils.redact import redact_secrets
@@ -74,6 +74,9 @@ def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
         top_lp = _concat_f64([r.top_logprobs for r in with_top], "top_logprobs").reshape(-1, k)
         arrays["top_ids"] = top_ids
         arrays["top_logprobs"] = narrow_if_exact(top_lp)
+    if golden.has_prompt_logprobs:
+        arrays[PROMPT_ARRAY] = narrow_if_exact(_concat_f64(
+            [r.prompt_logprobs for r in reqs if r.prompt_logprobs is not None], PROMPT_ARRAY))
     return arrays
 
 
@@ -113,6 +116,11 @@ def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray], stored: dict[str
         },
         **extra,
     }
+    if golden.has_prompt_logprobs:
+        attrs[PROMPT_ARRAY] = {
+            "starts": [int(r.prompt_logprob_start) for r in reqs],
+            "counts": [0 if r.prompt_logprobs is None else len(r.prompt_logprobs) for r in reqs],
+        }
     attrs["attrs_sha256"] = attrs_sha256(attrs)
     return attrs
 
@@ -203,6 +211,9 @@ def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
     top_lp = _as_stored_f64(arrays["top_logprobs"]) if k > 0 else None
     no_top = set(attrs["no_top_requests"])
     new_off, out_off = arrays["new_token_offsets"], arrays["output_offsets"]
+    prompt = attrs.get(PROMPT_ARRAY)
+    prompt_lps = _as_stored_f64(arrays[PROMPT_ARRAY]) if prompt is not None else None
+    prompt_off = _offsets(prompt["counts"]) if prompt is not None else None
     requests: list[RecordedRequest] = []
     row = 0
     for i, rid in enumerate(attrs["request_ids"]):
@@ -212,6 +223,11 @@ def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
         if top_ids is not None and top_lp is not None and i not in no_top:
             tops = {"top_ids": top_ids[row:row + b - a], "top_logprobs": top_lp[row:row + b - a]}
             row += b - a
+        prompt_fields: dict[str, Any] = {}
+        if prompt is not None and prompt_lps is not None and prompt_off is not None \
+                and prompt["starts"][i] >= 0:
+            prompt_fields = {"prompt_logprob_start": prompt["starts"][i],
+                             "prompt_logprobs": prompt_lps[prompt_off[i]:prompt_off[i + 1]]}
         requests.append(RecordedRequest(
             id=rid,
             new_tokens=arrays["new_tokens"][new_off[i]:new_off[i + 1]],
@@ -222,6 +238,7 @@ def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
             finish_reason=attrs["finish_reasons"][i],
             **vals,
             **tops,
+            **prompt_fields,
         ))
     return Golden(
         scenario=attrs["scenario"], prefixes=prefixes, requests=requests,

@@ -44,7 +44,11 @@ ARRAY_DTYPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "top_logprobs": _FLOAT,
     "top_ids_rest": _INT32,
     "top_logprobs_rest": _FLOAT,
+    "prompt_logprobs": _FLOAT,
 })
+# Optional in either layout: the prompt logprobs of goldens recorded with `prompt_logprobs = 1`,
+# present exactly when the root attribute of the same name is (its `starts` and `counts`).
+PROMPT_ARRAY = "prompt_logprobs"
 TOP_ARRAYS = ("top_ids", "top_logprobs")  # logical names (and version 1's stored ones)
 
 _STORED = {
@@ -69,4 +73,5 @@ def request_columns(version: int) -> tuple[str, ...]:
 def expected_arrays(attrs: dict, version: int) -> list[str]:
     """The arrays a golden of this layout with these (vetted) root attributes must hold."""
     base, top = _STORED[version]
-    return list(base) + list(top) if attrs["top_k"] > 0 else list(base)
+    names = list(base) + list(top) if attrs["top_k"] > 0 else list(base)
+    return names + [PROMPT_ARRAY] if PROMPT_ARRAY in attrs else names

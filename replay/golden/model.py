@@ -30,6 +30,11 @@ class RecordedRequest(TreeNode):
     cached_details: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "length"
     num_retractions: int = 0  # times the server retracted it (SGLang; 0 where not reported)
+    # Prompt logprobs (scenarios with `prompt_logprobs = 1`): asked from `logprob_start_len =
+    # prompt_logprob_start` (-1: not asked); `prompt_logprobs[j]` scores input token
+    # `prompt_logprob_start + 1 + j` (the entry for the start token itself carries none)
+    prompt_logprob_start: int = -1
+    prompt_logprobs: np.ndarray | None = None  # float64 [len(input) - start - 1]
 
 
 @dataclass
@@ -41,6 +46,10 @@ class Golden:
     requests: list[RecordedRequest]
     sampling: dict[str, Any]  # sampling_params shared by all requests (without max_new_tokens)
     meta: dict[str, Any] = field(default_factory=dict)  # server/model info, tool, platform, api
+
+    @property
+    def has_prompt_logprobs(self) -> bool:
+        return any(r.prompt_logprob_start >= 0 for r in self.requests)
 
     @property
     def top_k(self) -> int:

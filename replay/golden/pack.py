@@ -51,6 +51,8 @@ def pack(logical: dict[str, np.ndarray], no_top: list[int]) -> tuple[dict[str, n
         "output_ids": logical["output_ids"],
         "logprobs": logical["logprobs"],
     }
+    if "prompt_logprobs" in logical:
+        stored["prompt_logprobs"] = logical["prompt_logprobs"]
     extra: dict[str, Any] = {"prefix_lengths": np.diff(logical["prefix_offsets"]).tolist()}
     if "top_ids" in logical:
         ids, vals = logical["top_ids"], _as_f64(logical["top_logprobs"])
@@ -90,6 +92,8 @@ def unpack(attrs: dict[str, Any], stored: dict[str, np.ndarray]) -> tuple[dict[s
         "output_offsets": _offsets(counts[:, 2]),
         "logprobs": stored["logprobs"],
     }
+    if "prompt_logprobs" in stored:
+        logical["prompt_logprobs"] = stored["prompt_logprobs"]
     if attrs["top_k"] == 0:
         return logical, []
     problems = _unpack_top(attrs, stored, logical)

@@ -44,6 +44,10 @@ class ScenarioSpec:
     token_hi: int = 4000
     top_k: int = 5
     seed: int = 0
+    # 1: every request also asks for prompt logprobs from its parent's input end (turn 0: from
+    # its group's prefix end), so the parent's output and its own new tokens are scored while the
+    # parent's prompt still comes from the cache (docs/scenarios.md)
+    prompt_logprobs: int = 0
 
     def __post_init__(self) -> None:
         not_ints = [f.name for f in fields(self) if f.name != "name" and (
@@ -62,6 +66,7 @@ class ScenarioSpec:
             "token_hi": self.token_hi > self.token_lo,
             "top_k": self.top_k >= 0,
             "seed": self.seed >= 0,
+            "prompt_logprobs": self.prompt_logprobs in (0, 1),
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -90,7 +95,12 @@ class ScenarioSpec:
         return self.groups * self.branches * (1 + self.turns)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The spec as stored in a golden; `prompt_logprobs` only when on, so that a golden
+        without them reads (and fingerprints) as before."""
+        data = asdict(self)
+        if not self.prompt_logprobs:
+            del data["prompt_logprobs"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScenarioSpec":
@@ -110,7 +120,7 @@ class ScenarioSpec:
         return cls(**data)
 
 
-_DEFAULTED = {"token_lo", "token_hi", "top_k", "seed"}
+_DEFAULTED = {"token_lo", "token_hi", "top_k", "seed", "prompt_logprobs"}
 
 PRESETS: dict[str, ScenarioSpec] = {
     # The seed's test: 3 groups x 3 branches share a 512-token prefix, fork with 64 tokens,

@@ -61,6 +61,19 @@ def input_ids(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
     return np.concatenate(parts).astype(np.int32)
 
 
+def prompt_logprob_start(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
+                         input_len_of: Callable[[int], int], i: int) -> int:
+    """Where node i's prompt logprobs start (`logprob_start_len`): at its parent's input's end,
+    so the parent's output and node i's new tokens are scored while the parent's prompt can
+    still come from the cache; for turn 0 at its group's prefix end. Never past the last prompt
+    token. A cache only ever holds a prefix of the parent's input plus output (the output's last
+    token never had its KV computed), so a start at the parent's output end would leave nothing
+    cached to be wrongly reused: this start puts cached positions under the asked span."""
+    node = nodes[i]
+    start = input_len_of(node.parent) if node.parent >= 0 else len(prefixes[node.group])
+    return max(0, min(start, input_len_of(i) - 1))
+
+
 def with_ancestors(nodes: Sequence[TreeNode], keep: Iterable[int]) -> list[int]:
     """The indices in `keep` and all their ancestors, sorted (so still topological)."""
     closed: set[int] = set()

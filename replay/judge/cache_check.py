@@ -11,6 +11,8 @@ output length; its input starts with those `history + output` tokens (sglang-pro
 - `none`: no expectation (e.g. replaying against another cache-disabled server).
 `auto` reads the server's settings; an API adapter that knows its server's cache better names
 the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `api_default`.
+A request asking for prompt logprobs from position S (`cap`) may reuse at most S tokens (SGLang
+caps reuse there), so its span is cut to S + 1 before the rules above.
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 """
@@ -53,10 +55,11 @@ class CacheExpectation:
             return f"attention(page={self.page_size})"
         return "any" if self.kind == "any" else "none"
 
-    def minimum(self, history: int, output: int, lag: int = 0) -> int:
+    def minimum(self, history: int, output: int, lag: int = 0, cap: int | None = None) -> int:
         """The least acceptable hit; `lag` is SGLang's allowed checkpoint lag for a request whose
-        parent was retracted (its last decode checkpoint may be gone): mamba only."""
-        span = history + output
+        parent was retracted (its last decode checkpoint may be gone): mamba only. `cap`: the
+        request's logprob_start_len, past which nothing may be reused."""
+        span = _span(history, output, cap)
         if self.kind == "attention":
             return min(span - 1, (span - 1) // self.page_size * self.page_size)
         if self.kind == "mamba":
@@ -66,25 +69,35 @@ class CacheExpectation:
         return 0
 
     def problem(self, *, turn: int, history: int, output: int, cached: int, prompt: int,
-                lag: int = 0) -> str | None:
-        """Why this hit breaks the expectation, or None (`lag`: see `minimum`)."""
+                lag: int = 0, cap: int | None = None) -> str | None:
+        """Why this hit breaks the expectation, or None (`lag`, `cap`: see `minimum`)."""
         if cached > prompt - 1:
             return f"cached_tokens {cached} >= prompt length {prompt}: over-reported"
+        if cap is not None and cached > cap:
+            return (f"cached_tokens {cached} > logprob_start_len {cap}: reused positions whose "
+                    "prompt logprobs were asked")
         if self.kind == "none" or turn == 0:
             return None
         if self.kind == "any":
             return None if cached >= 1 else "cached_tokens 0: no prefix was reused"
-        span = history + output
+        span = _span(history, output, cap)
         if self.kind == "attention":
             allowed = {span, span - 1, (span - 1) // self.page_size * self.page_size}
             if cached not in allowed:
                 return f"cached_tokens {cached} not in {sorted(allowed)} (attention, page {self.page_size})"
             return None
-        floor = self.minimum(history, output, lag)
+        floor = self.minimum(history, output, lag, cap)
         if cached < floor:
             allowed = f", checkpoint lag {lag} allowed after a retraction" if lag else ""
             return f"cached_tokens {cached} < {floor} (mamba track interval {self.interval}{allowed})"
         return None
+
+
+def _span(history: int, output: int, cap: int | None) -> int:
+    """The reusable span the rules round down from: `history + output`, or `cap + 1` when prompt
+    logprobs from `cap` cut reuse there (the rules reuse at most span - 1 tokens)."""
+    span = history + output
+    return span if cap is None else min(span, cap + 1)
 
 
 def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any],

@@ -25,6 +25,7 @@ from replay.utils.errors import UsageError
 IDENTICAL = "identical"
 LOGPROB_DRIFT = "logprob_drift"
 TOKEN_DIVERGENCE = "token_divergence"
+PROMPT_LOGPROB_DRIFT = "prompt_logprob_drift"
 
 
 class Outputs(Protocol):
@@ -90,6 +91,55 @@ class RequestDiff:
     passed: bool  # under the policy
     abs_delta: np.ndarray  # |replay - golden| logprob per compared position; empty if identical
     ulp: np.ndarray  # ULP distance per compared position (int64); empty if identical
+
+
+@dataclass(frozen=True)
+class PromptDiff:
+    """Prompt logprobs (a golden recorded with `prompt_logprobs`), compared like output
+    logprobs: bit patterns, position by position (the tokens are the inputs, so the same)."""
+
+    compared: int  # positions compared (the shorter side's length)
+    identical: bool  # same length and every bit equal
+    first_position: int | None  # index into the prompt logprobs of the first difference
+    golden_logprob: float
+    replay_logprob: float
+    ulp: int  # at the first difference
+    max_ulp: int
+    mean_kl: float
+    passed: bool  # under the policy (a length difference never passes)
+
+
+def diff_prompt_logprobs(golden: np.ndarray, replay: np.ndarray | None,
+                         policy: Policy) -> PromptDiff:
+    replay = np.zeros(0, np.float64) if replay is None else replay
+    n = min(len(golden), len(replay))
+    g, r = np.asarray(golden[:n], np.float64), np.asarray(replay[:n], np.float64)
+    equal = same_bits(g, r)
+    same_length = len(golden) == len(replay)
+    if equal.all() and same_length:
+        return PromptDiff(n, True, None, float("nan"), float("nan"), 0, 0, 0.0, True)
+    ulps = ulp_distance(g, r) if n else np.zeros(0, np.int64)
+    bad = np.flatnonzero(~equal)
+    first = int(bad[0]) if bad.size else n
+    with np.errstate(invalid="ignore", over="ignore"):
+        terms = np.expm1(r - g) - (r - g)
+    mean_kl = float(terms.mean()) if n else 0.0
+    max_ulp = int(ulps.max(initial=0))
+    if not same_length:
+        passed = False
+    elif policy.kind == "kl":
+        passed = bool(np.isfinite(mean_kl)) and mean_kl <= policy.kl_threshold
+    elif policy.kind == "ulp":
+        passed = max_ulp <= policy.max_ulp
+    else:
+        passed = False
+    return PromptDiff(
+        compared=n, identical=False, first_position=first,
+        golden_logprob=float(golden[first]) if first < len(golden) else float("nan"),
+        replay_logprob=float(replay[first]) if first < len(replay) else float("nan"),
+        ulp=int(ulps[first]) if first < n else int(ULP_INFINITE),
+        max_ulp=max_ulp, mean_kl=mean_kl, passed=passed,
+    )
 
 
 def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDiff:

@@ -52,6 +52,7 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "tokens_compared": d.compared, "max_ulp": _ulp(d.max_ulp), "mean_kl": _num(d.mean_kl),
         "first_divergence": first,
         "token_divergence_position": d.token_position,
+        "prompt_logprobs": _prompt(o),
     }
     if d.status != IDENTICAL:
         n = min(DETAIL_POSITIONS, len(d.abs_delta))
@@ -61,6 +62,21 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
             "top_k": _clean_top(o.top),
         }
     return out
+
+
+def _prompt(o: RequestOutcome) -> dict[str, Any] | None:
+    p = o.prompt
+    if p is None:
+        return None
+    return {
+        "compared": p.compared, "identical": p.identical, "passed": p.passed,
+        "first_position": p.first_position,
+        "golden_logprob": None if p.identical else _num(p.golden_logprob),
+        "replay_logprob": None if p.identical else _num(p.replay_logprob),
+        "golden_bits": None if p.identical else hex_bits(p.golden_logprob),
+        "replay_bits": None if p.identical else hex_bits(p.replay_logprob),
+        "ulp": _ulp(p.ulp), "max_ulp": _ulp(p.max_ulp), "mean_kl": _num(p.mean_kl),
+    }
 
 
 def _clean_top(top: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -101,6 +117,10 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "repeats_failed": len(failed_repeats),
             "failed_repeat_indices": failed_repeats,
             "tokens_compared": int(sum(o.diff.compared for o in outcomes)),
+            "prompt_logprobs_compared": int(sum(o.prompt.compared for o in outcomes
+                                                if o.prompt is not None)),
+            "prompt_logprob_drifts": sum(1 for o in outcomes
+                                         if o.prompt is not None and not o.prompt.identical),
             "requests_diverged": sum(1 for o in outcomes if o.diff.status != IDENTICAL),
             "requests_failed": sum(1 for o in outcomes if not o.passed),
             "cache_misses": sum(1 for o in outcomes if o.cache_problem),

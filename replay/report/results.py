@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay.judge.diff import IDENTICAL, RequestDiff
+from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT, PromptDiff, RequestDiff
 from replay.golden.tree import parse_request_id
 
 CACHE_MISS = "cache_miss"
@@ -27,16 +27,20 @@ class RequestOutcome:
     top: dict[str, Any] | None = None  # top-k of both sides at the first divergence
     num_retractions: int = 0  # times the server retracted this request (meta_info)
     retraction_lag: int = 0  # checkpoint lag allowed because its parent was retracted
+    prompt: PromptDiff | None = None  # prompt logprobs, when the golden holds them
 
     @property
     def status(self) -> str:
-        if self.diff.status == IDENTICAL and self.cache_problem:
-            return CACHE_MISS
-        return self.diff.status
+        if self.diff.status != IDENTICAL:
+            return self.diff.status
+        if self.prompt is not None and not self.prompt.identical:
+            return PROMPT_LOGPROB_DRIFT
+        return CACHE_MISS if self.cache_problem else IDENTICAL
 
     @property
     def passed(self) -> bool:
-        return self.diff.passed and self.cache_problem is None
+        prompt_ok = self.prompt is None or self.prompt.passed
+        return self.diff.passed and prompt_ok and self.cache_problem is None
 
 
 @dataclass

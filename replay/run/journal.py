@@ -68,6 +68,8 @@ def encode(index: int, request_id: str, c: Completion) -> dict[str, Any]:
         entry["top_k"] = int(c.top_ids.shape[1])
         entry["top_ids"] = _b64(c.top_ids, "<i4")
         entry["top_logprobs"] = _b64(c.top_logprobs, "<f8")
+    if c.prompt_logprobs is not None:
+        entry["prompt_logprobs"] = _b64(c.prompt_logprobs, "<f8")
     return entry
 
 
@@ -84,6 +86,8 @@ def decode(entry: dict[str, Any]) -> Completion:
         cached_details=entry["cached_details"], finish_reason=entry["finish_reason"],
         prompt_tokens=entry["prompt_tokens"],
         num_retractions=int(entry.get("num_retractions", 0)),  # absent in older journals
+        prompt_logprobs=(_unb64(entry["prompt_logprobs"], "<f8").astype(np.float64)
+                         if "prompt_logprobs" in entry else None),
     )
 
 

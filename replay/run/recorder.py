@@ -15,7 +15,7 @@ import numpy as np
 
 from replay.server.apis.base import SAMPLING, Completion
 from replay.server.connection import Connection
-from replay.judge.diff import IDENTICAL, Policy, diff_outputs
+from replay.judge.diff import IDENTICAL, Policy, diff_outputs, diff_prompt_logprobs
 from replay.utils.errors import MalformedResponse, UsageError
 from replay.golden.fingerprint import model_identity, source_meta, vocab_size
 from replay.golden.model import Golden, RecordedRequest
@@ -24,7 +24,7 @@ from replay.run.journal import Journal
 from replay.run.runner import check_schedule, run_nodes
 from replay.golden.scenario import Plan, check_vocab
 from replay.judge.server_checks import check_sampling_defaults
-from replay.golden.tree import input_ids
+from replay.golden.tree import input_ids, prompt_logprob_start
 
 Progress = Callable[[str], None]  # called with the request id as each completes
 
@@ -54,6 +54,9 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
     def inputs_for(i: int) -> np.ndarray:
         return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
 
+    def prompt_start_for(i: int) -> int:
+        return prompt_start(plan, lambda j: len(inputs_for(j)), i)
+
     def on_done(i: int, completion: Completion) -> None:
         refuse_unless_logprobs(plan.requests[i].id, completion)
         done[i] = completion
@@ -67,8 +70,16 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
         for _ in range(len(plan.requests) - len(remaining)):
             progress("resumed")
     await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
-                    top_k=plan.spec.top_k, vocab_size=vocab, only=remaining)
+                    top_k=plan.spec.top_k, vocab_size=vocab, only=remaining,
+                    prompt_start_for=prompt_start_for if plan.spec.prompt_logprobs else None)
     return [done[i] for i in range(len(plan.requests))]
+
+
+def prompt_start(plan: Plan, input_len_of: Callable[[int], int], i: int) -> int:
+    """Request i's `logprob_start_len` in a recording (-1 unless the scenario asks)."""
+    if not plan.spec.prompt_logprobs:
+        return -1
+    return prompt_logprob_start(plan.requests, plan.prefixes, input_len_of, i)
 
 
 def refuse_unless_logprobs(request_id: str, completion: Completion) -> None:
@@ -76,6 +87,9 @@ def refuse_unless_logprobs(request_id: str, completion: Completion) -> None:
     recorded: a NaN matches itself bit for bit, so the golden would pass against the very
     server that produced it."""
     problem = logprob_problem(completion.logprobs, completion.top_ids, completion.top_logprobs)
+    if not problem and completion.prompt_logprobs is not None:
+        prompt = logprob_problem(completion.prompt_logprobs, None, None)
+        problem = f"prompt {prompt}" if prompt else None
     if problem:
         raise MalformedResponse(f"request {request_id}: the reference's {problem} is not a "
                                 "log-probability; refusing to record it")
@@ -127,7 +141,7 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
     return Golden(
         scenario=plan.spec.to_dict(),
         prefixes=plan.prefixes,
-        requests=[_recorded(plan, i, c) for i, c in enumerate(runs[0])],
+        requests=[_recorded(plan, i, runs[0]) for i in range(len(runs[0]))],
         sampling=dict(SAMPLING),
         meta=source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
                          flush=conn.api.flush_note),
@@ -143,11 +157,19 @@ def determinism_differences(plan: Plan, runs: list[list[Completion]]) -> list[st
             if d.status != IDENTICAL and d.first is not None:
                 found.append(f"{plan.requests[i].id} (run {r}, {d.status} at position "
                              f"{d.first.position})")
+            elif a.prompt_logprobs is not None:
+                p = diff_prompt_logprobs(a.prompt_logprobs, b.prompt_logprobs, exact)
+                if not p.identical:
+                    found.append(f"{plan.requests[i].id} (run {r}, prompt logprobs differ at "
+                                 f"position {p.first_position})")
     return found
 
 
-def _recorded(plan: Plan, i: int, c: Completion) -> RecordedRequest:
+def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
     req = plan.requests[i]
+    c = run[i]
+    start = prompt_start(plan, lambda j: len(input_ids(plan.requests, plan.prefixes,
+                                                      lambda k: run[k].output_ids, j)), i)
     return RecordedRequest(
         id=req.id, group=req.group, branch=req.branch, turn=req.turn, parent=req.parent,
         new_tokens=req.new_tokens, max_new_tokens=req.max_new_tokens,
@@ -155,4 +177,6 @@ def _recorded(plan: Plan, i: int, c: Completion) -> RecordedRequest:
         top_logprobs=c.top_logprobs, cached_tokens=c.cached_tokens,
         cached_details=c.cached_details, finish_reason=c.finish_reason,
         num_retractions=c.num_retractions,
+        prompt_logprob_start=start,
+        prompt_logprobs=c.prompt_logprobs if start >= 0 else None,
     )

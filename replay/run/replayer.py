@@ -17,7 +17,7 @@ import numpy as np
 from replay.server.apis.base import Completion
 from replay.judge.cache_check import CacheExpectation, HitTally, parse_expectation
 from replay.server.connection import Connection
-from replay.judge.diff import IDENTICAL, Policy, diff_outputs
+from replay.judge.diff import IDENTICAL, Policy, diff_outputs, diff_prompt_logprobs
 from replay.utils.errors import ModelMismatch, NumericsMismatch, UsageError
 from replay.golden.fingerprint import model_identity, model_mismatch, source_meta, vocab_size
 from replay.golden.model import Golden
@@ -86,6 +86,8 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
         numerics=numerics.as_dict(allowed=options.allow_numerics_mismatch),
     )
     lag = retraction_lag(server_info, expectation)
+    prompt_starts = [r.prompt_logprob_start for r in golden.requests]
+    any_prompt = golden.has_prompt_logprobs
     for rep in range(options.repeat):
         await conn.flush_cache()
         if await conn.clear_storage(server_info):
@@ -105,7 +107,8 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
                 progress(golden.requests[i].id)
 
         await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
-                        schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab)
+                        schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab,
+                        prompt_start_for=prompt_starts.__getitem__ if any_prompt else None)
     order = {r.id: i for i, r in enumerate(golden.requests)}
     result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
     result.hit_lengths = tally.histogram()
@@ -127,13 +130,17 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
           policy: Policy, expectation: CacheExpectation, lag: int = 0) -> RequestOutcome:
     req = golden.requests[i]
     diff = diff_outputs(req, completion, policy)
+    prompt = (diff_prompt_logprobs(req.prompt_logprobs, completion.prompt_logprobs, policy)
+              if req.prompt_logprobs is not None else None)
     history = output = 0
     if req.parent >= 0:
         history = len(inputs[req.parent])
         output = len(golden.requests[req.parent].output_ids)
+    cap = req.prompt_logprob_start if req.prompt_logprob_start >= 0 else None
     problem = expectation.problem(turn=req.turn, history=history, output=output,
-                                  cached=completion.cached_tokens, prompt=len(inputs[i]), lag=lag)
-    expected = (expectation.minimum(history, output, lag)
+                                  cached=completion.cached_tokens, prompt=len(inputs[i]), lag=lag,
+                                  cap=cap)
+    expected = (expectation.minimum(history, output, lag, cap)
                 if req.turn > 0 and expectation.kind != "none" else None)
     top = None
     if diff.status != IDENTICAL and diff.first is not None and req.top_ids is not None \
@@ -148,7 +155,7 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
         id=req.id, repeat=rep, diff=diff, cached_tokens=completion.cached_tokens,
         cached_details=completion.cached_details, expected_min_cached=expected,
         cache_problem=problem, top=top, num_retractions=completion.num_retractions,
-        retraction_lag=lag,
+        retraction_lag=lag, prompt=prompt,
     )
 
 

@@ -43,16 +43,20 @@ async def run_nodes(
     top_k: int,
     vocab_size: int | None,
     only: Iterable[int] | None = None,
+    prompt_start_for: Callable[[int], int] | None = None,
 ) -> None:
     """Run every node (or the indices in `only`: the others are already complete); the first
-    error cancels the rest and propagates."""
+    error cancels the rest and propagates. `prompt_start_for(i)`, when given, is node i's
+    `logprob_start_len` (-1: output logprobs only)."""
     check_schedule(schedule)
     todo = list(range(len(nodes))) if only is None else list(only)
 
     async def one(i: int) -> None:
         node = nodes[i]
+        start = prompt_start_for(i) if prompt_start_for is not None else -1
         completion = await conn.complete(inputs_for(i), node.id, max_new_tokens=node.max_new_tokens,
-                                         top_k=top_k, vocab_size=vocab_size)
+                                         top_k=top_k, vocab_size=vocab_size,
+                                         prompt_logprobs_from=start)
         on_done(i, completion)
 
     if schedule == "dag":

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis import resolve_api
-from replay.server.apis.base import Api, Completion
+from replay.server.apis.base import Api, Completion, SupportsPromptLogprobs
+from replay.server.jsonio import decode
 from replay.server.transport import ClientOptions, ServerClient
-from replay.utils.errors import MalformedResponse
+from replay.utils.errors import MalformedResponse, UsageError
 
 
 @dataclass
@@ -43,9 +44,15 @@ class Connection:
         return await self.api.clear_storage(self.client, server_info)
 
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
-                       top_k: int, vocab_size: int | None) -> Completion:
+                       top_k: int, vocab_size: int | None,
+                       prompt_logprobs_from: int = -1) -> Completion:
         """One generation: the adapter's request, sent, and its answer parsed strictly. An
-        adapter with a `parse_text` method reads the answer's text itself (typed decoding)."""
+        adapter with a `parse_text` method reads the answer's text itself (typed decoding).
+        `prompt_logprobs_from >= 0` also asks for prompt logprobs from there (an adapter that
+        `SupportsPromptLogprobs`; a UsageError otherwise)."""
+        if prompt_logprobs_from >= 0:
+            return await self._complete_with_prompt(input_ids, request_id, max_new_tokens,
+                                                    top_k, vocab_size, prompt_logprobs_from)
         path, body = self.api.request(input_ids, max_new_tokens, top_k)
         budget = response_budget(len(input_ids), max_new_tokens, top_k)
         parse_text = getattr(self.api, "parse_text", None)
@@ -58,6 +65,27 @@ class Connection:
             return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
                                   vocab_size=vocab_size)
         except MalformedResponse as exc:  # its message may quote what the server sent
+            raise MalformedResponse(self.client.scrub(str(exc))) from None
+
+
+    async def _complete_with_prompt(self, input_ids: np.ndarray, request_id: str,
+                                    max_new_tokens: int, top_k: int, vocab_size: int | None,
+                                    start: int) -> Completion:
+        api = self.api
+        if not isinstance(api, SupportsPromptLogprobs):
+            raise UsageError(f"the golden holds prompt logprobs, which the {api.name} API "
+                             "cannot ask for (use --api sglang)")
+        path, body = api.prompt_logprob_request(input_ids, max_new_tokens, top_k, start)
+        budget = response_budget(2 * len(input_ids), max_new_tokens, top_k)
+        try:
+            text = await self.client.post_text(path, body, request_id, max_bytes=budget)
+            completion = self.api.parse(decode(text, f"request {request_id}"), request_id,
+                                        max_new_tokens=max_new_tokens, top_k=top_k,
+                                        vocab_size=vocab_size)
+            completion.prompt_logprobs = api.parse_prompt_logprobs(text, request_id, input_ids,
+                                                                   start)
+            return completion
+        except MalformedResponse as exc:
             raise MalformedResponse(self.client.scrub(str(exc))) from None
 
 

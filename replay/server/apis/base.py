@@ -11,7 +11,7 @@ be read exactly must never become a verdict. Adapters state their traits as clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -38,6 +38,7 @@ class Completion:
     finish_reason: str = "length"
     prompt_tokens: int | None = None
     num_retractions: int = 0  # times the scheduler dropped and recomputed the request
+    prompt_logprobs: np.ndarray | None = None  # float64: input tokens start+1.., when asked
 
 
 class Api(Protocol):
@@ -72,6 +73,24 @@ class Api(Protocol):
     async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
         """Empty an attached L3 storage tier, which a flush leaves alone; False when the server
         has none (nothing to clear)."""
+        ...
+
+
+@runtime_checkable
+class SupportsPromptLogprobs(Protocol):
+    """An adapter that can also ask for prompt logprobs from a position while the prefix before
+    it may still come from the server's cache (SGLang: `logprob_start_len`)."""
+
+    def prompt_logprob_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
+                               start: int) -> tuple[str, dict[str, Any]]:
+        """The (path, body) of `request`'s generation, also asking for prompt logprobs from
+        `start`."""
+        ...
+
+    def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,
+                              start: int) -> np.ndarray:
+        """The float64 logprobs of input tokens start+1 .. end read from the answer's text,
+        checked against `input_ids` (MalformedResponse naming the request otherwise)."""
         ...
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay.server.apis.base import SAMPLING, Completion
-from replay.server.apis.sglang_parse import parse_completion, parse_text
+from replay.server.apis.sglang_parse import parse_completion, parse_prompt_logprobs, parse_text
 from replay.utils.errors import ServerError
 
 __all__ = ["SGLangApi", "generate_body", "parse_completion", "parse_text"]
@@ -28,6 +28,18 @@ class SGLangApi:
 
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
         return "/generate", generate_body(input_ids, max_new_tokens, top_k)
+
+    def prompt_logprob_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
+                               start: int) -> tuple[str, dict[str, Any]]:
+        """`request`'s body with `logprob_start_len = start`: SGLang then reuses at most
+        `start` cached prompt tokens and returns `input_token_logprobs` from there."""
+        body = generate_body(input_ids, max_new_tokens, top_k)
+        body["logprob_start_len"] = int(start)
+        return "/generate", body
+
+    def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,
+                              start: int) -> np.ndarray:
+        return parse_prompt_logprobs(text, request_id, input_ids, start)
 
     def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
               vocab_size: int | None) -> Completion:

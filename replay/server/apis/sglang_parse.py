@@ -470,3 +470,31 @@ def _name_bad_id(ids: np.ndarray, request_id: str, vocab_size: int | None, prefi
                 raise malformed(request_id, f"output_top_logprobs[{prefix + i}] lists token {tok} twice")
             seen.add(tok)
     raise AssertionError("unreachable: _ids_ok found a problem")
+
+
+def parse_prompt_logprobs(text: str | bytes, request_id: str, input_ids: np.ndarray,
+                          start: int) -> np.ndarray:
+    """`meta_info.input_token_logprobs` of an answer asked with `logprob_start_len = start`:
+    one `[logprob, token_id, text]` entry per input token from `start`, each id the input's.
+    The first entry's logprob is not kept (SGLang sends null there: the token before it is not
+    scored); the rest, the logprobs of input tokens start+1 .., are returned as float64."""
+    obj = decode(text, f"request {request_id}")
+    meta = obj.get("meta_info") if isinstance(obj, dict) else None
+    entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+    want = len(input_ids) - start
+    if not isinstance(entries, list):
+        raise malformed(request_id, "no input_token_logprobs list (prompt logprobs were asked)")
+    if len(entries) != want:
+        raise malformed(request_id, f"{len(entries)} input_token_logprobs for {want} prompt "
+                                    f"tokens from logprob_start_len {start}")
+    values = np.empty(max(0, want - 1), dtype=np.float64)
+    for j, entry in enumerate(entries):
+        where = f"input_token_logprobs[{j}]"
+        if not isinstance(entry, list) or len(entry) < 2:
+            raise malformed(request_id, f"{where} is not a [logprob, token_id, text] entry")
+        if type(entry[1]) is not int or entry[1] != int(input_ids[start + j]):
+            raise malformed(request_id, f"{where} names token {entry[1]!r}, the input has "
+                                        f"{int(input_ids[start + j])}")
+        if j > 0:
+            values[j - 1] = number(entry[0], request_id, f"{where}'s logprob")
+    return values
