@@ -26,6 +26,8 @@ FAULTS: dict[str, str] = {
                                     "positions are what the previous request left in the buffer",
     "split-k-by-extend": "the MLP down projection reduces split-K when a request prefills few "
                          "tokens, so a cache hit (a short uncached tail) changes the bits",
+    "host-load-race": "a host-to-device load is read before its last page landed when another "
+                      "request's compute overlaps it (a missing wait on the load stream)",
 }
 
 # split-k-by-extend: a request that prefills fewer tokens than this gets the split-K kernel.
@@ -117,6 +119,20 @@ class Faults:
         if self.active != "split-k-by-extend" or extend_len >= SPLIT_K_BELOW:
             return 1
         return SPLIT_K_SLICES
+
+    def host_load_races(self) -> bool:
+        """host-load-race: vLLM 45704 / TensorRT-LLM 8813 / LMCache 2181's class. A host-to-
+        device load runs on a copy stream and the forward that reads the pages must wait for it.
+        With the fault the wait is missing: the last page of a host load is still in flight when
+        its request's first chunk is launched (`host_load_landed` says whether it made it)."""
+        return self.active == "host-load-race"
+
+    def host_load_landed(self, alone: bool) -> bool:
+        """The unwaited copy wins the race only when the request computes alone; when another
+        request's compute shares the step (contention for the copy engine and memory), the
+        forward reads the device page first: it still holds its previous owner's bytes, and the
+        copy is never waited for. So the fault passes at --concurrency 1 and fails under load."""
+        return alone or self.active != "host-load-race"
 
     def checkpoint_conv(self, conv: torch.Tensor) -> torch.Tensor:
         """conv-state-dropped: a checkpoint copies the SSM's recurrent state but not its conv

@@ -93,6 +93,17 @@ class CacheStats:
     storage_writes: int = 0
 
 
+@dataclass(frozen=True)
+class PendingPage:
+    """A host-to-device page copy still in flight: `data` lands in device `page` on `land`."""
+
+    page: int
+    data: torch.Tensor  # [1, layers, 2, page_size, heads, dim]
+
+    def land(self, pool: KVPool) -> None:
+        pool.write_pages([self.page], self.data)
+
+
 def _chain_hash(parent: str, key: tuple[int, ...]) -> str:
     return hashlib.sha256(f"{parent}:{','.join(map(str, key))}".encode()).hexdigest()[:32]
 
@@ -151,8 +162,11 @@ class RadixCache:
         need = match.pages_to_load + extra_pages
         return need <= self.pool.allocator.available + self.evictable_pages()
 
-    def load(self, match: Match) -> tuple[CachedTokens, list[SSMState] | None]:
-        """Bring a match's pages to the device; the split by tier and the SSM state at its end."""
+    def load(self, match: Match, hold_last_host_page: bool = False
+             ) -> tuple[CachedTokens, list[SSMState] | None, PendingPage | None]:
+        """Bring a match's pages to the device; the split by tier, the SSM state at its end, and
+        (only with `hold_last_host_page`, the host-load-race fault) the last host page's copy,
+        still in flight: the caller lands it, or not, before the forward reads it."""
         p = self.page_size
         on_device = [n for n in match.nodes if n.page is not None]
         from_host = [n for n in match.nodes if n.page is None and n.host_slot is not None]
@@ -162,9 +176,13 @@ class RadixCache:
         self.stats.host_hits += len(from_host)
         self.stats.storage_hits += len(from_storage)
         pages = self.alloc(len(from_host) + len(from_storage))
+        pending = None
         if from_host:
-            data = self.host.load([n.host_slot for n in from_host])
-            self.pool.write_pages(pages[:len(from_host)], torch.from_numpy(data))
+            data = torch.from_numpy(self.host.load([n.host_slot for n in from_host]))
+            if hold_last_host_page:
+                pending = PendingPage(pages[len(from_host) - 1], data[-1:])
+                data = data[:-1]
+            self.pool.write_pages(pages[:len(data)], data)
         for node, page in zip(from_storage, pages[len(from_host):]):
             self.pool.write_pages([page], torch.from_numpy(self.storage.load(node.hash))[None])
         for node, page in zip(from_host + from_storage, pages):
@@ -178,7 +196,7 @@ class RadixCache:
         self._backup([n for n in match.nodes if backup_on_hit(self.write_policy, n.hits)])
         last = match.last
         state = [s.clone() for s in last.ssm] if self.hybrid and last is not None else None
-        return cached, state
+        return cached, state, pending
 
     # -- insert --------------------------------------------------------------------------------
 

@@ -114,7 +114,17 @@ class Scheduler:
             seq.scheduled = end
             if end == seq.prompt_len:
                 seq.state = SeqState.DECODING
+        self._land_loads(chunks)
         return Batch(chunks) if chunks else None
+
+    def _land_loads(self, chunks: list[Chunk]) -> None:
+        """host-load-race: a host page copy still in flight when its request's first chunk is
+        launched lands only if no other request computes in the same step."""
+        alone = len({chunk.seq for chunk in chunks}) == 1
+        for chunk in chunks:
+            pending, chunk.seq.landing = chunk.seq.landing, None
+            if pending is not None and self.faults.host_load_landed(alone):
+                pending.land(self.pool)
 
     def _next_boundary(self, position: int) -> int:
         if self.track_interval is None:
@@ -136,7 +146,8 @@ class Scheduler:
                 if not self.cache.can_fit(match, pages - len(match.nodes)):
                     self.cache.unlock(match.last)
                     return
-                seq.cached, state = self.cache.load(match)
+                seq.cached, state, seq.landing = self.cache.load(
+                    match, hold_last_host_page=self.faults.host_load_races())
                 own = self.cache.alloc(pages - len(match.nodes))
                 seq.pages = [n.page for n in match.nodes] + own
                 seq.tree_pages = set(seq.pages[:len(match.nodes)])

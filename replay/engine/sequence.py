@@ -16,7 +16,7 @@ from replay.engine.sampling import GREEDY, SamplingParams
 
 if TYPE_CHECKING:
     from replay.engine.model import SSMState
-    from replay.engine.radix_cache import CachedTokens, Node
+    from replay.engine.radix_cache import CachedTokens, Node, PendingPage
 
 
 class SeqState(enum.Enum):
@@ -42,6 +42,7 @@ class Sequence:
     tree_pages: set[int] = field(default_factory=set)  # pages the radix cache owns (not ours to free)
     cache_node: Node | None = None  # deepest radix node this sequence locks
     cached: CachedTokens | None = None  # set by the scheduler when the prompt is admitted
+    landing: PendingPage | None = None  # host-load-race fault: a page copy still in flight
     checkpoints: dict[int, list[SSMState]] = field(default_factory=dict)  # position -> states
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)

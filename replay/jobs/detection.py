@@ -10,8 +10,9 @@ Used by scripts/detection_matrix.py (full size) and tests/unit/jobs/test_detecti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from replay.server.transport import ClientOptions
 from replay.engine.faults import FAULTS
@@ -23,26 +24,62 @@ from replay.run.replayer import ReplayOptions
 from replay.golden.scenario import ScenarioSpec, build_plan
 from replay.jobs.session import ServerTarget, record_in_memory, replay_golden
 
-# The profile a fault needs to be reachable; every other fault runs on `hicache`.
-FAULT_PROFILES = {"write-back-early-evict": "hicache-write-back"}
-# Faults on a path a golden replay never takes: it asks for output logprobs only.
-BEYOND_REPLAY = frozenset({"prompt-logprobs-stale-buffer"})
-CLIENT = ClientOptions(concurrency=16)
+DEFAULT_CONCURRENCY = 16  # the CLI's default --concurrency
+
+
+@dataclass(frozen=True)
+class FaultSetup:
+    """What a replay needs so that a fault's broken path is taken: the engine profile to replay
+    on, whether the golden must hold prompt logprobs (scenario `prompt_logprobs = 1`), the
+    client's concurrency, and engine settings on top of the profile. `golden demo --fault`, the
+    detection matrix and its tests all read this one table."""
+
+    profile: str = "hicache"
+    prompt_logprobs: bool = False
+    concurrency: int = DEFAULT_CONCURRENCY
+    engine: Mapping[str, Any] = field(default_factory=dict)
+
+
+# Every fault with a need beyond the default (`hicache`, output logprobs, concurrency 16).
+FAULT_SETUPS: Mapping[str, FaultSetup] = MappingProxyType({
+    "write-back-early-evict": FaultSetup(profile="hicache-write-back"),
+    # the path is the prefill of positions whose prompt logprobs were asked (docs/faults.md)
+    "prompt-logprobs-stale-buffer": FaultSetup(prompt_logprobs=True),
+})
+# Kept for callers of the profile alone.
+FAULT_PROFILES = MappingProxyType({f: s.profile for f, s in FAULT_SETUPS.items()
+                                   if s.profile != "hicache"})
+# Faults a golden without prompt logprobs never reaches: it asks for output logprobs only.
+BEYOND_REPLAY = frozenset(f for f, s in FAULT_SETUPS.items() if s.prompt_logprobs)
+
+
+def setup_for(fault: str | None) -> FaultSetup:
+    return FAULT_SETUPS.get(fault or "", FaultSetup())
 
 
 def profile_for(fault: str | None) -> str:
-    return FAULT_PROFILES.get(fault or "", "hicache")
+    return setup_for(fault).profile
+
+
+def scenario_for(spec: ScenarioSpec, fault: str | None) -> ScenarioSpec:
+    """The scenario as the fault needs it recorded (prompt logprobs on where it needs them)."""
+    return replace(spec, prompt_logprobs=1) if setup_for(fault).prompt_logprobs else spec
+
+
+def client(concurrency: int = DEFAULT_CONCURRENCY) -> ClientOptions:
+    return ClientOptions(concurrency=concurrency)
 
 
 def record_reference(spec: ScenarioSpec, model: HybridModel) -> Golden:
     with start_server(profile_options("reference", model=model.config.name, seed=model.seed),
                       model=model) as server:
-        return record_in_memory(build_plan(spec), ServerTarget(url=server.url), client=CLIENT,
-                                api="sglang")
+        return record_in_memory(build_plan(spec), ServerTarget(url=server.url),
+                                client=client(), api="sglang")
 
 
 def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str | None = None,
-                  repeat: int = 1, **overrides: Any) -> dict[str, Any]:
+                  repeat: int = 1, concurrency: int = DEFAULT_CONCURRENCY,
+                  **overrides: Any) -> dict[str, Any]:
     """`overrides` replace profile settings (e.g. a smaller `max_total_tokens` for a small
     scenario, so that pages still travel to host and back)."""
     options = profile_options(profile, fault=fault, model=model.config.name, seed=model.seed,
@@ -50,7 +87,7 @@ def replay_report(golden: Golden, model: HybridModel, profile: str, fault: str |
 
     with start_server(options, model=model) as server:
         return replay_golden(golden, ServerTarget(url=server.url), ReplayOptions(repeat=repeat),
-                             CLIENT, api="sglang")
+                             client(concurrency), api="sglang")
 
 
 @dataclass(frozen=True)
@@ -84,10 +121,16 @@ def judge_fault(fault: str, profile: str, report: dict[str, Any]) -> FaultOutcom
     )
 
 
-def detection_matrix(golden: Golden, model: HybridModel,
-                     faults: list[str] | None = None) -> list[FaultOutcome]:
+def detection_matrix(golden: Golden, model: HybridModel, faults: list[str] | None = None,
+                     with_prompt: Golden | None = None,
+                     **overrides: Any) -> list[FaultOutcome]:
+    """Each fault replayed as its setup says; `with_prompt` is the golden (recorded with prompt
+    logprobs) for faults that need one."""
     outcomes = []
     for fault in faults or list(FAULTS):
-        profile = profile_for(fault)
-        outcomes.append(judge_fault(fault, profile, replay_report(golden, model, profile, fault)))
+        setup = setup_for(fault)
+        source = with_prompt if setup.prompt_logprobs and with_prompt is not None else golden
+        report = replay_report(source, model, setup.profile, fault,
+                               concurrency=setup.concurrency, **{**setup.engine, **overrides})
+        outcomes.append(judge_fault(fault, setup.profile, report))
     return outcomes

@@ -124,7 +124,7 @@ def test_evicted_pages_come_back_from_host_bit_identical(layout):
     put(cache, seq(100, 8))
     cache.alloc(2)  # the least recently used leaves: the first sequence's last two pages
     match = cache.match(seq(0, 16) + [1])
-    cached, ssm = cache.load(match)
+    cached, ssm, _ = cache.load(match)
     assert (cached.device, cached.host, cached.storage) == (8, 8, 0)
     assert torch.equal(cache.pool.read_pages([n.page for n in match.nodes]), original)
     assert torch.equal(ssm[0].conv, state(16.0)[0].conv) and torch.equal(ssm[0].h, state(16.0)[0].h)
@@ -136,7 +136,7 @@ def test_write_back_copies_to_host_only_on_eviction():
     assert cache.stats.host_backups == 0
     cache.pool.allocator.free(cache.alloc(2))
     assert cache.stats.host_backups == 2
-    cached, _ = cache.load(cache.match(seq(0, 16) + [1]))
+    cached, _, _ = cache.load(cache.match(seq(0, 16) + [1]))
     assert cached.host == 8
 
 
@@ -157,7 +157,7 @@ def test_pages_the_host_evicts_go_to_storage_and_come_back(tmp_path):
     put(cache, seq(100, 16))  # replaces the first sequence on the device, then on host
     assert cache.stats.storage_writes == 4 and any(tmp_path.iterdir())
     match = cache.match(seq(0, 16) + [1])
-    cached, ssm = cache.load(match)
+    cached, ssm, _ = cache.load(match)
     assert (cached.device, cached.host, cached.storage) == (0, 0, 16)
     assert torch.equal(cache.pool.read_pages([n.page for n in match.nodes]), original)
     assert torch.equal(ssm[0].h, state(16.0)[0].h)
