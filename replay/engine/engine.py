@@ -100,6 +100,8 @@ class LLMEngine:
             max_running=options.max_running_requests,
             track_interval=options.mamba_track_interval if self.cache and hybrid else None,
             overlap=options.overlap, faults=self.faults, on_finish=self._finished,
+            retract_interval=options.test_retract_interval,
+            jitter_seed=options.schedule_jitter_seed,
         )
         self._callbacks: dict[Sequence, OnFinish] = {}
         self._inbox: queue.Queue = queue.Queue()

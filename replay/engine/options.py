@@ -42,6 +42,11 @@ class EngineOptions:
     hicache_mem_layout: str = "layer_first"
     hicache_storage_backend: str | None = None  # None or "file"
     hicache_storage_dir: str | None = None  # "file" backend directory; None: a private temp dir
+    # Test pressure (off by default): retract one decoding request every N scheduler steps
+    # (SGLang: SGLANG_TEST_RETRACT=1 with SGLANG_TEST_RETRACT_INTERVAL=N), and a seeded jitter
+    # of admission timing and step order (replay/engine/scheduler.py). Neither changes a bit.
+    test_retract_interval: int = 0
+    schedule_jitter_seed: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -56,6 +61,10 @@ class EngineOptions:
         if self.mamba_track_interval < 1 or self.mamba_track_interval % self.page_size:
             problems.append("mamba_track_interval must be a positive multiple of page_size "
                             "(SSM checkpoints sit on page boundaries)")
+        if self.test_retract_interval < 0:
+            problems.append("test_retract_interval must be >= 0 (0: never retract)")
+        if self.schedule_jitter_seed is not None and self.schedule_jitter_seed < 0:
+            problems.append("schedule_jitter_seed must be >= 0")
         if self.hicache_ratio <= 0 or self.hicache_size < 0:
             problems.append("hicache_ratio must be > 0 and hicache_size >= 0")
         if self.hicache_write_policy not in WRITE_POLICIES:

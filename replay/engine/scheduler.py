@@ -11,6 +11,18 @@ step behind: tokens appended, checkpoints recorded, finished requests inserted i
 Pages for a request's whole life are reserved when it is admitted, so a running request never
 needs preemption.
 
+Forced retraction and jitter (test switches, off by default; SGLang's SGLANG_TEST_RETRACT and
+SGLANG_TEST_RETRACT_INTERVAL): every `retract_interval` steps one decoding request is retracted
+as SGLang picks it (fewest outputs, then longest prompt; never the last one running): once its
+in-flight step is processed its own pages are freed, its decode checkpoints dropped, and it
+waits again at the head of the queue; readmitted, it prefills prompt + outputs so far from the
+cache and decodes on. Its resumed prefill is chunked by budget only, not at track boundaries (a
+resumed prefill tracks states relative to its cached prefix, as SGLang's does), so a boundary it
+passes inside that prefill keeps no checkpoint: the child's hit may lag by less than one chunk,
+the rule `replay.run.replayer.retraction_lag` allows. A seeded `jitter` holds admission back for
+a step now and then and shuffles the prefill budget order and each batch's chunk order. Neither
+switch may change a bit: the model is exact whatever the batch, chunking or timing.
+
 Prompt logprobs (`logprob_start_len` p >= 0), as SGLang: the reused prefix is capped at p, so
 every position from p on is computed, and each prompt chunk returns the logprobs of its tokens
 from p on; the request collects them as its chunks complete.
@@ -18,6 +30,7 @@ from p on; the request collects them as its chunks complete.
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,7 +84,8 @@ class StepOutput:
 class Scheduler:
     def __init__(self, pool: KVPool, cache: RadixCache | None, *,
                  empty_ssm: Callable[[], list[SSMState]], chunked_prefill_size: int, max_running: int, track_interval: int | None,
-                 overlap: bool, faults: Faults, on_finish: Callable[[Sequence], None]) -> None:
+                 overlap: bool, faults: Faults, on_finish: Callable[[Sequence], None],
+                 retract_interval: int = 0, jitter_seed: int | None = None) -> None:
         self.pool = pool
         self.cache = cache
         self.page_size = pool.page_size
@@ -86,6 +100,9 @@ class Scheduler:
         self.running: list[Sequence] = []
         self._late: dict[Sequence, int] = {}  # late-ssm-checkpoint fault: boundary owed
         self._left_behind: Sequence | None = None  # prompt-logprobs-stale-buffer fault
+        self.retract_interval = retract_interval  # 0: never retract
+        self._jitter = random.Random(jitter_seed) if jitter_seed is not None else None
+        self._steps = 0
 
     @property
     def busy(self) -> int:
@@ -97,25 +114,45 @@ class Scheduler:
     # -- planning ------------------------------------------------------------------------------
 
     def schedule(self) -> Batch | None:
-        self._admit()
+        self._steps += 1
+        if self.retract_interval and self._steps % self.retract_interval == 0:
+            self._pick_retraction()
+        if not (self._jitter and self.running and self._jitter.random() < 0.25):
+            self._admit()
+        chunks = self._plan()
+        if not chunks and self.waiting:  # never let a held-back admission stall the engine
+            self._admit()
+            chunks = self._plan()
+        self._land_loads(chunks)
+        if self._jitter:
+            self._jitter.shuffle(chunks)
+        for chunk in chunks:
+            chunk.seq.pending_steps += 1
+        return Batch(chunks) if chunks else None
+
+    def _plan(self) -> list[Chunk]:
         chunks: list[Chunk] = []
         for seq in self.running:
-            if seq.state is SeqState.DECODING and not seq.fully_scheduled:
+            if seq.state is SeqState.DECODING and not seq.fully_scheduled and not seq.retracting:
                 chunks.append(Chunk(seq, seq.scheduled, 1, None))
                 seq.scheduled += 1
         budget = self.chunk_budget
-        for seq in self.running:
-            if seq.state is not SeqState.PREFILLING or budget == 0:
-                continue
-            end = min(seq.prompt_len, seq.scheduled + budget, self._next_boundary(seq.scheduled))
+        prefilling = [seq for seq in self.running if seq.state is SeqState.PREFILLING]
+        if self._jitter:
+            self._jitter.shuffle(prefilling)
+        for seq in prefilling:
+            if budget == 0:
+                break
+            end = min(seq.prefill_end, seq.scheduled + budget)
+            if not seq.prefill_outputs:  # a resumed prefill is not cut at track boundaries
+                end = min(end, self._next_boundary(seq.scheduled))
             chunks.append(Chunk(seq, seq.scheduled, end - seq.scheduled,
-                                seq.input_ids[seq.scheduled:end]))
+                                seq.all_ids[seq.scheduled:end]))
             budget -= end - seq.scheduled
             seq.scheduled = end
-            if end == seq.prompt_len:
+            if end == seq.prefill_end:
                 seq.state = SeqState.DECODING
-        self._land_loads(chunks)
-        return Batch(chunks) if chunks else None
+        return chunks
 
     def _land_loads(self, chunks: list[Chunk]) -> None:
         """host-load-race: a host page copy still in flight when its request's first chunk is
@@ -142,12 +179,14 @@ class Scheduler:
                 seq.pages = self.pool.allocator.alloc(pages)
                 seq.ssm = self.empty_ssm()
             else:
-                match = self.cache.match(seq.input_ids, self._reuse_limit(seq))
+                match = self.cache.match(seq.all_ids, self._reuse_limit(seq))
                 if not self.cache.can_fit(match, pages - len(match.nodes)):
                     self.cache.unlock(match.last)
                     return
-                seq.cached, state, seq.landing = self.cache.load(
+                cached, state, seq.landing = self.cache.load(
                     match, hold_last_host_page=self.faults.host_load_races())
+                if seq.cached is None:  # a resumed request reports its first admission's hit
+                    seq.cached = cached
                 own = self.cache.alloc(pages - len(match.nodes))
                 seq.pages = [n.page for n in match.nodes] + own
                 seq.tree_pages = set(seq.pages[:len(match.nodes)])
@@ -162,7 +201,7 @@ class Scheduler:
     def _reuse_limit(self, seq: Sequence) -> int:
         """At most this many prompt tokens may come from the cache: never the last one, and with
         prompt logprobs never a position whose logprobs are wanted (SGLang's max_prefix_len)."""
-        limit = seq.prompt_len - 1
+        limit = seq.prefill_end - 1
         if seq.wants_prompt_logprobs and self.faults.caps_prefix_for_prompt_logprobs():
             limit = min(limit, seq.logprob_start_len)
         return limit
@@ -188,10 +227,11 @@ class Scheduler:
         for chunk, result, token, reported in zip(output.batch.chunks, output.results,
                                                   output.tokens, output.reported):
             seq = chunk.seq
+            seq.pending_steps -= 1
             self._record_checkpoint(seq, chunk, result)
             if chunk.tokens is not None and seq.wants_prompt_logprobs:
                 self._record_prompt_logprobs(seq, chunk, result)
-            if chunk.end < seq.prompt_len:
+            if chunk.end < seq.prefill_end:
                 continue  # a prompt chunk before the last: no token yet
             if seq.max_new_tokens > 0:
                 seq.output_ids.append(token)
@@ -200,8 +240,10 @@ class Scheduler:
                     seq.output_top.append(top_k(reported, seq.top_logprobs_num))
             if seq.finished:
                 self._finish(seq)
-            elif chunk.end == seq.prompt_len and self.cache is not None:
-                self._cache(seq, seq.prompt_len // self.page_size)  # prefix visible to others now
+            elif seq.retracting and seq.pending_steps == 0:
+                self._retract(seq)
+            elif chunk.end == seq.prefill_end and self.cache is not None:
+                self._cache(seq, seq.prefill_end // self.page_size)  # prefix visible to others now
 
     def _record_prompt_logprobs(self, seq: Sequence, chunk: Chunk, result: ForwardResult) -> None:
         """Row r of the chunk's logprobs follows position logprob_from + r; it scores the next
@@ -247,6 +289,39 @@ class Scheduler:
         seq.state = SeqState.FINISHED
         self.running.remove(seq)
         self.on_finish(seq)
+
+    # -- forced retraction ---------------------------------------------------------------------
+
+    def _pick_retraction(self) -> None:
+        """SGLang's choice (retract_decode): the decoding request with the fewest outputs, then
+        the longest prompt; never the last one running, never one with prompt logprobs (their
+        rows are collected once)."""
+        candidates = [s for s in self.running if s.state is SeqState.DECODING and not s.retracting
+                      and not s.fully_scheduled and not s.wants_prompt_logprobs]
+        if len(self.running) < 2 or not candidates:
+            return
+        seq = min(candidates, key=lambda s: (len(s.output_ids), -s.prompt_len))
+        seq.retracting = True
+        if seq.pending_steps == 0:
+            self._retract(seq)
+
+    def _retract(self, seq: Sequence) -> None:
+        """Free what the request holds but the tree, forget its decode checkpoints, and queue it
+        first; its outputs so far are kept and prefilled again on readmission."""
+        if self.cache is not None:
+            self.cache.unlock(seq.cache_node)
+        self.pool.allocator.free([p for p in seq.pages if p not in seq.tree_pages])
+        self._late.pop(seq, None)
+        seq.pages, seq.tree_pages, seq.cache_node = [], set(), None
+        seq.checkpoints.clear()
+        seq.ssm = None
+        seq.retracting = False
+        seq.num_retractions += 1
+        seq.prefill_outputs = len(seq.output_ids)
+        seq.scheduled = 0
+        seq.state = SeqState.WAITING
+        self.running.remove(seq)
+        self.waiting.appendleft(seq)
 
     def abort_all(self) -> list[Sequence]:
         """Drop every request (after an engine error); the caller resets the cache and pool."""

@@ -43,6 +43,10 @@ class Sequence:
     cache_node: Node | None = None  # deepest radix node this sequence locks
     cached: CachedTokens | None = None  # set by the scheduler when the prompt is admitted
     landing: PendingPage | None = None  # host-load-race fault: a page copy still in flight
+    pending_steps: int = 0  # scheduled chunks whose results are not processed yet
+    retracting: bool = False  # picked for a forced retraction; no new chunks until retracted
+    num_retractions: int = 0
+    prefill_outputs: int = 0  # output tokens a resumed (retracted) request prefills again
     checkpoints: dict[int, list[SSMState]] = field(default_factory=dict)  # position -> states
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
@@ -58,6 +62,12 @@ class Sequence:
     @property
     def prompt_len(self) -> int:
         return len(self.input_ids)
+
+    @property
+    def prefill_end(self) -> int:
+        """Where this admission's prefill ends: the prompt, plus after a retraction the output
+        produced before it (SGLang recomputes both)."""
+        return self.prompt_len + self.prefill_outputs
 
     @property
     def total_positions(self) -> int:

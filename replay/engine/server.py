@@ -282,7 +282,7 @@ class EngineApp:
             "finish_reason": {"type": "length", "length": seq.max_new_tokens},
             "prompt_tokens": seq.prompt_len,
             "weight_version": WEIGHT_VERSION,
-            "num_retractions": 0,  # pages are reserved at admission: never retracted
+            "num_retractions": seq.num_retractions,  # 0 unless test_retract_interval forces it
         }
         if args.return_logprob:
             meta["input_token_logprobs"] = self._input_logprobs(seq)

@@ -12,8 +12,9 @@ import pytest
 from replay.engine.engine import LLMEngine
 from replay.engine.faults import FAULTS, Faults
 from replay.engine.server import start_server
-from tests.unit.engine.test_exactness import (HICACHE, HIT_B, NEW_A, NEW_B, REFERENCE, Out, cold, model,
-                                         prompts, run_conversation)
+from replay.engine.sequence import Sequence
+from tests.unit.engine.test_exactness import (HICACHE, HIT_B, NEW_A, NEW_B, REFERENCE, Out, cold, draw,
+                                         generate_all, model, prompts, run_conversation)
 
 # The cache shape under which each fault's path is taken by request B.
 FAULT_OPTIONS = {
@@ -35,7 +36,8 @@ def test_fault_corrupts_the_cache_hit_but_not_cold_requests(fault):
 
 
 def test_every_fault_is_exercised_here():
-    others = {"overreport-cached", "prompt-logprobs-stale-buffer", "split-k-by-extend"}
+    others = {"overreport-cached", "prompt-logprobs-stale-buffer", "split-k-by-extend",
+              "host-load-race"}
     assert set(FAULT_OPTIONS) | others == set(FAULTS)
 
 
@@ -113,3 +115,34 @@ def test_stale_prompt_logprob_buffer_serves_reused_positions_from_the_previous_r
     assert b[cached:] == cold_b[cached:]  # rows after the reused positions are computed, exact
     left_behind = (first + [0.0] * cached)[:cached]  # C's rows, then what C never wrote
     assert b[:cached] == left_behind != cold_b[:cached]
+
+
+
+def _host_hit_beside(other_at_once: bool) -> dict[str, Sequence]:
+    """A; then E, long and cold, evicts A's deepest pages to host; then X (short, cold) and B
+    (hits A, partly from host): submitted together, or X first and B after it finished."""
+    p = prompts()
+    engine = LLMEngine(replace(HICACHE, fault="host-load-race", max_total_tokens=64), model())
+    try:
+        seqs = generate_all(engine, {"A": (p["A"], NEW_A)})
+        seqs |= generate_all(engine, {"E": (draw(7, 40), NEW_A)})
+        if other_at_once:
+            return seqs | generate_all(engine, {"X": (draw(8, 3), 2), "B": (p["B"], NEW_B)})
+        seqs |= generate_all(engine, {"X": (draw(8, 3), 2)})
+        return seqs | generate_all(engine, {"B": (p["B"], NEW_B)})
+    finally:
+        engine.close()
+
+
+def test_host_load_race_corrupts_a_host_hit_computed_beside_another_request():
+    seqs = _host_hit_beside(other_at_once=True)
+    assert seqs["B"].cached.host > 0 and seqs["B"].reused == HIT_B
+    assert Out.of(seqs["A"]) == cold()["A"]
+    assert Out.of(seqs["B"]) != cold()["B"]
+
+
+def test_host_load_race_is_harmless_when_the_request_computes_alone():
+    """At concurrency 1 the unwaited copy wins the race: the same host hit is exact."""
+    seqs = _host_hit_beside(other_at_once=False)
+    assert seqs["B"].cached.host > 0 and seqs["B"].reused == HIT_B
+    assert Out.of(seqs["B"]) == cold()["B"]

@@ -1,12 +1,15 @@
 """The yardstick at CI size: every injected cache bug is caught, only on requests that were
 served from the cache, and a clean cached replay passes (no false positives)."""
 
+from dataclasses import replace
+
 import pytest
 
 from replay.engine.config import get_config
 from replay.jobs.detection import (BEYOND_REPLAY, judge_fault, profile_for, record_reference,
-                              replay_report)
+                                   replay_report, setup_for)
 from replay.engine.faults import FAULTS
+from replay.judge.cache_check import CacheExpectation
 from replay.engine.model import HybridModel
 from replay.golden.scenario import ScenarioSpec
 
@@ -15,7 +18,7 @@ MINI = ScenarioSpec(name="mini-branching", groups=2, branches=2, prefix_len=128,
                     turns=2, turn_suffix_len=16, max_new_tokens=144, top_k=5)
 # The profiles' device pools are sized for hicache-branching; a pool this small makes the mini
 # scenario's pages travel to host and back too.
-POOL = {"max_total_tokens": 768}
+POOL = {"max_total_tokens": 1024}
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +31,12 @@ def golden(model):
     return record_reference(MINI, model)
 
 
+@pytest.fixture(scope="module")
+def golden_with_prompt(model):
+    """The same conversations, each request also asking for its prompt logprobs."""
+    return record_reference(replace(MINI, prompt_logprobs=1), model)
+
+
 def test_clean_cached_replay_passes_twice_in_a_row(golden, model):
     report = replay_report(golden, model, "hicache", repeat=2, **POOL)
     assert report["verdict"] == "pass", report["summary"]
@@ -36,17 +45,59 @@ def test_clean_cached_replay_passes_twice_in_a_row(golden, model):
     assert report["summary"]["cached_tokens_by_tier"].get("host", 0) > 0
 
 
-@pytest.mark.parametrize("fault", sorted(set(FAULTS) - BEYOND_REPLAY))
-def test_fault_is_caught_only_on_cached_requests(golden, model, fault):
-    profile = profile_for(fault)
-    outcome = judge_fault(fault, profile, replay_report(golden, model, profile, fault, **POOL))
+def test_clean_cached_replay_with_prompt_logprobs_passes(golden_with_prompt, model):
+    report = replay_report(golden_with_prompt, model, "hicache", **POOL)
+    assert report["verdict"] == "pass", report["summary"]
+    assert report["summary"]["prompt_logprobs_compared"] > 0
+    assert max(int(k) for k in report["summary"]["cache_hit_lengths"]) >= 256
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_is_caught_only_on_cached_requests(golden, golden_with_prompt, model, fault):
+    """Each fault replayed as detection.FAULT_SETUPS says (profile, prompt logprobs, load)."""
+    setup = setup_for(fault)
+    source = golden_with_prompt if setup.prompt_logprobs else golden
+    report = replay_report(source, model, setup.profile, fault, concurrency=setup.concurrency,
+                           **{**setup.engine, **POOL})
+    outcome = judge_fault(fault, setup.profile, report)
     assert outcome.caught, f"{fault} was not caught"
     assert outcome.placed, f"{fault} failed requests with no cache hit: {outcome.cold_failures}"
 
 
 @pytest.mark.parametrize("fault", sorted(BEYOND_REPLAY))
-def test_fault_on_the_prompt_logprob_path_is_beyond_a_replay(golden, model, fault):
-    """A replay asks for output logprobs only, so this path is never taken: the replay passes
-    (docs/faults.md: the seed kit does not see it either)."""
+def test_prompt_logprob_fault_is_beyond_a_golden_without_them(golden, model, fault):
+    """Output logprobs alone never take this path: the replay passes (docs/faults.md: the seed
+    kit does not see it either); the golden needs `prompt_logprobs`."""
     report = replay_report(golden, model, profile_for(fault), fault, **POOL)
     assert report["verdict"] == "pass", report["summary"]
+
+
+def test_host_load_race_passes_at_concurrency_1(golden, model):
+    """The race needs another request's compute beside the load: one request at a time hides
+    it, which is why replays run concurrently by default (docs/faults.md)."""
+    report = replay_report(golden, model, "hicache", "host-load-race", concurrency=1, **POOL)
+    assert report["verdict"] == "pass", report["summary"]
+    assert report["summary"]["cached_tokens_by_tier"].get("host", 0) > 0
+
+
+def test_replay_under_forced_retraction_and_jitter_stays_exact_and_uses_the_lag_rule(golden,
+                                                                                      model):
+    """Retracting a decoding request every 7 steps and jittering the schedule changes no bit;
+    a retracted parent's resumed prefill keeps no checkpoint at the boundaries inside it, so
+    some child hit lags the plain mamba bound and passes only by SGLang's checkpoint-lag rule."""
+    report = replay_report(golden, model, "hicache", test_retract_interval=7,
+                           schedule_jitter_seed=1, **POOL)
+    assert report["verdict"] == "pass", report["summary"]
+    assert report["summary"]["retracted_requests"] > 0
+    plain = CacheExpectation("mamba", page_size=64, interval=128)
+    lagged = []
+    for r in report["requests"]:
+        req = golden.requests[golden.index(r["id"])]
+        if req.parent < 0:
+            continue
+        floor = plain.minimum(len(golden.input_ids(req.parent)),
+                              len(golden.requests[req.parent].output_ids))
+        if r["cached_tokens"] < floor:
+            lagged.append(r["id"])
+            assert r["retraction_lag"] > 0, r
+    assert lagged, "no hit lagged: the retraction rule was not exercised"
