@@ -151,22 +151,26 @@ class LLMEngine:
 
     def submit(self, input_ids: list[int], max_new_tokens: int, top_logprobs_num: int,
                on_finish: OnFinish, *, sampling: SamplingParams = GREEDY,
-               logprob_start_len: int = -1) -> Sequence:
+               logprob_start_len: int = -1, extra_key: str | None = None) -> Sequence:
         """Queue a request (greedy unless `sampling` says otherwise; prompt logprobs from
-        `logprob_start_len` when >= 0); `on_finish(seq)` runs on the engine thread when it is
-        done (seq.error is set if the engine failed)."""
+        `logprob_start_len` when >= 0; cache reuse only among requests of the same
+        `extra_key`); `on_finish(seq)` runs on the engine thread when it is done (seq.error is
+        set if the engine failed)."""
         self.check(input_ids, max_new_tokens, logprob_start_len)
         seq = Sequence(uuid.uuid4().hex, list(input_ids), max_new_tokens, top_logprobs_num,
-                       sampling=sampling, logprob_start_len=logprob_start_len)
+                       sampling=sampling, logprob_start_len=logprob_start_len,
+                       extra_key=extra_key)
         self._post("add", seq, on_finish)
         return seq
 
     def generate(self, input_ids: list[int], max_new_tokens: int, top_logprobs_num: int = 0, *,
-                 sampling: SamplingParams = GREEDY, logprob_start_len: int = -1) -> Sequence:
+                 sampling: SamplingParams = GREEDY, logprob_start_len: int = -1,
+                 extra_key: str | None = None) -> Sequence:
         """Blocking convenience: submit and wait."""
         done = threading.Event()
         seq = self.submit(input_ids, max_new_tokens, top_logprobs_num, lambda _: done.set(),
-                          sampling=sampling, logprob_start_len=logprob_start_len)
+                          sampling=sampling, logprob_start_len=logprob_start_len,
+                          extra_key=extra_key)
         done.wait()
         return seq
 

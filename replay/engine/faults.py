@@ -26,6 +26,8 @@ FAULTS: dict[str, str] = {
                                     "positions are what the previous request left in the buffer",
     "split-k-by-extend": "the MLP down projection reduces split-K when a request prefills few "
                          "tokens, so a cache hit (a short uncached tail) changes the bits",
+    "cache-key-drops-extra-key": "the radix key leaves out the request's extra_key (cache salt), "
+                                 "so requests of different keys share cached pages",
     "host-load-race": "a host-to-device load is read before its last page landed when another "
                       "request's compute overlaps it (a missing wait on the load stream)",
 }
@@ -133,6 +135,13 @@ class Faults:
         forward reads the device page first: it still holds its previous owner's bytes, and the
         copy is never waited for. So the fault passes at --concurrency 1 and fails under load."""
         return alone or self.active != "host-load-race"
+
+    def cache_namespace(self, extra_key: str | None) -> str | None:
+        """cache-key-drops-extra-key: vLLM 30931's class (a LoRA keyed by name shared KV between
+        adapters) and LMCache 4086's (a multimodal identity cut to 16 bits): the cache key
+        leaves out a field the request's identity needs, so requests that differ only there
+        reuse each other's pages."""
+        return None if self.active == "cache-key-drops-extra-key" else extra_key
 
     def checkpoint_conv(self, conv: torch.Tensor) -> torch.Tensor:
         """conv-state-dropped: a checkpoint copies the SSM's recurrent state but not its conv

@@ -104,6 +104,13 @@ class PendingPage:
         pool.write_pages([self.page], self.data)
 
 
+def _page_key(tokens: list[int], i: int, page_size: int, namespace: str | None) -> tuple:
+    """Page i's key below its parent; the first page's key carries the namespace, so requests of
+    different extra keys never share a node (nor a storage file: the chain hash includes it)."""
+    key = tuple(tokens[i * page_size:(i + 1) * page_size])
+    return (namespace, *key) if i == 0 and namespace is not None else key
+
+
 def _chain_hash(parent: str, key: tuple[int, ...]) -> str:
     return hashlib.sha256(f"{parent}:{','.join(map(str, key))}".encode()).hexdigest()[:32]
 
@@ -137,14 +144,16 @@ class RadixCache:
 
     # -- lookup --------------------------------------------------------------------------------
 
-    def match(self, tokens: list[int], limit: int | None = None) -> Match:
+    def match(self, tokens: list[int], limit: int | None = None,
+              namespace: str | None = None) -> Match:
         """The longest usable cached prefix of `tokens` short of its last token (and at most
-        `limit` tokens long), locked."""
+        `limit` tokens long) among pages inserted with the same `namespace` (SGLang's
+        extra_key), locked."""
         p = self.page_size
         longest = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
         node, path = self.root, []
         for i in range(max(longest, 0) // p):
-            child = node.children.get(tuple(tokens[i * p:(i + 1) * p]))
+            child = node.children.get(_page_key(tokens, i, p, namespace))
             if child is None:
                 break
             path.append(child)
@@ -201,14 +210,15 @@ class RadixCache:
     # -- insert --------------------------------------------------------------------------------
 
     def insert(self, tokens: list[int], pages: list[int], n_pages: int,
-               checkpoints: dict[int, list[SSMState]]) -> tuple[Node, set[int]]:
+               checkpoints: dict[int, list[SSMState]],
+               namespace: str | None = None) -> tuple[Node, set[int]]:
         """Add the first `n_pages` full pages of a request; returns the deepest node and the
         request pages the tree took over. Where the tree already has a page on the device the
         request keeps its own copy (it may still be in flight) and frees it when it finishes."""
         p = self.page_size
         node, adopted, fresh = self.root, set(), []
         for i in range(n_pages):
-            key = tuple(tokens[i * p:(i + 1) * p])
+            key = _page_key(tokens, i, p, namespace)
             child = node.children.get(key)
             if child is None:
                 child = Node(key, node, node.end + p, _chain_hash(node.hash, key))

@@ -179,7 +179,8 @@ class Scheduler:
                 seq.pages = self.pool.allocator.alloc(pages)
                 seq.ssm = self.empty_ssm()
             else:
-                match = self.cache.match(seq.all_ids, self._reuse_limit(seq))
+                match = self.cache.match(seq.all_ids, self._reuse_limit(seq),
+                                         namespace=self.faults.cache_namespace(seq.extra_key))
                 if not self.cache.can_fit(match, pages - len(match.nodes)):
                     self.cache.unlock(match.last)
                     return
@@ -269,7 +270,8 @@ class Scheduler:
 
     def _cache(self, seq: Sequence, n_pages: int) -> None:
         """Insert the request's first n_pages full pages; move its lock to the deepest node."""
-        node, adopted = self.cache.insert(seq.all_ids, seq.pages, n_pages, seq.checkpoints)
+        node, adopted = self.cache.insert(seq.all_ids, seq.pages, n_pages, seq.checkpoints,
+                                          namespace=self.faults.cache_namespace(seq.extra_key))
         self.cache.lock(node)
         self.cache.unlock(seq.cache_node)
         seq.cache_node = node

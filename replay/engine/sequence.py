@@ -34,6 +34,7 @@ class Sequence:
     top_logprobs_num: int = 0
     sampling: SamplingParams = GREEDY
     logprob_start_len: int = -1  # >= 0: prompt logprobs from here (caps prefix reuse at it)
+    extra_key: str | None = None  # SGLang's extra cache key: part of the radix key
     state: SeqState = SeqState.WAITING
     error: str | None = None  # set when the engine failed the request
     # Scheduler side.

@@ -32,7 +32,7 @@ from replay.engine.top_logprobs import output_top_fields
 # /generate fields this engine honours; SGLang 0.5.23's other GenerateRequest fields are refused
 # unless they hold their default; fields SGLang does not know are ignored, as SGLang does.
 REQUEST_KEYS = ("input_ids", "sampling_params", "return_logprob", "logprob_start_len",
-                "top_logprobs_num", "return_text_in_logprobs",
+                "top_logprobs_num", "return_text_in_logprobs", "extra_key",
                 "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64")
 SGLANG_REQUEST_KEYS = frozenset((
     "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
@@ -75,6 +75,7 @@ class GenerateArgs:
     logprob_start_len: int = -1  # -1 unless return_logprob asks for prompt logprobs
     flat_top: bool = False  # return_flat_raw_output_top_logprobs
     flat_b64: bool = False  # return_flat_raw_top_logprobs_b64
+    extra_key: str | None = None  # SGLang's extra cache key: reuse only between equal keys
 
 
 def _is_int(value: Any) -> bool:
@@ -172,6 +173,7 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
     want_logprob = _per_request(body, "return_logprob", n, batched, False)
     start_len = _per_request(body, "logprob_start_len", n, batched, -1)
     top_num = _per_request(body, "top_logprobs_num", n, batched, 0)
+    extra_keys = _per_request(body, "extra_key", n, batched, None)
     for key in ("return_text_in_logprobs", "return_flat_raw_output_top_logprobs",
                 "return_flat_raw_top_logprobs_b64"):
         if not isinstance(body.get(key, False), (bool, type(None))):
@@ -189,9 +191,12 @@ def parse_generate(body: Any) -> tuple[list[GenerateArgs], bool]:
             raise BadRequest("logprob_start_len must be an integer >= -1")
         if not _is_int(top_num[i]) or top_num[i] < 0:
             raise BadRequest("top_logprobs_num must be an integer >= 0")
+        if extra_keys[i] is not None and not isinstance(extra_keys[i], str):
+            raise BadRequest("extra_key must be a string")
         params, max_new = _sampling(sampling[i])
         requests.append(GenerateArgs(prompts[i], max_new, want_logprob[i], top_num[i], params,
-                                     start_len[i] if want_logprob[i] else -1, flat, flat_b64))
+                                     start_len[i] if want_logprob[i] else -1, flat, flat_b64,
+                                     extra_keys[i]))
     return requests, batched
 
 
@@ -251,7 +256,8 @@ class EngineApp:
         for args, future in zip(requests, futures):
             self.engine.submit(args.input_ids, args.max_new_tokens, args.top_logprobs_num,
                                resolver(future), sampling=args.sampling,
-                               logprob_start_len=args.logprob_start_len)
+                               logprob_start_len=args.logprob_start_len,
+                               extra_key=args.extra_key)
         return list(await asyncio.gather(*futures))
 
     async def generate(self, request: web.Request) -> web.Response:

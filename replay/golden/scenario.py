@@ -48,6 +48,9 @@ class ScenarioSpec:
     # its group's prefix end), so the parent's output and its own new tokens are scored while the
     # parent's prompt still comes from the cache (docs/scenarios.md)
     prompt_logprobs: int = 0
+    # 1: every branch sends its own cache key (SGLang's `extra_key`), so branches that share a
+    # group's prefix must not share its cache: a turn-0 request may reuse nothing
+    salted: int = 0
 
     def __post_init__(self) -> None:
         not_ints = [f.name for f in fields(self) if f.name != "name" and (
@@ -67,6 +70,7 @@ class ScenarioSpec:
             "top_k": self.top_k >= 0,
             "seed": self.seed >= 0,
             "prompt_logprobs": self.prompt_logprobs in (0, 1),
+            "salted": self.salted in (0, 1),
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -95,11 +99,12 @@ class ScenarioSpec:
         return self.groups * self.branches * (1 + self.turns)
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as stored in a golden; `prompt_logprobs` only when on, so that a golden
-        without them reads (and fingerprints) as before."""
+        """The spec as stored in a golden; `prompt_logprobs` and `salted` only when on, so that
+        a golden without them reads (and fingerprints) as before."""
         data = asdict(self)
-        if not self.prompt_logprobs:
-            del data["prompt_logprobs"]
+        for flag in OPTIONAL_FLAGS:
+            if not data[flag]:
+                del data[flag]
         return data
 
     @classmethod
@@ -120,7 +125,8 @@ class ScenarioSpec:
         return cls(**data)
 
 
-_DEFAULTED = {"token_lo", "token_hi", "top_k", "seed", "prompt_logprobs"}
+OPTIONAL_FLAGS = ("prompt_logprobs", "salted")
+_DEFAULTED = {"token_lo", "token_hi", "top_k", "seed", *OPTIONAL_FLAGS}
 
 PRESETS: dict[str, ScenarioSpec] = {
     # The seed's test: 3 groups x 3 branches share a 512-token prefix, fork with 64 tokens,

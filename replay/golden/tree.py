@@ -74,6 +74,12 @@ def prompt_logprob_start(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarra
     return max(0, min(start, input_len_of(i) - 1))
 
 
+def cache_key(node: TreeNode, salted: bool) -> str | None:
+    """The cache key (SGLang's `extra_key`) node sends in a salted scenario: one per branch, so
+    a branch's turns share a cache namespace and siblings never do; None otherwise."""
+    return f"salt-g{node.group}-b{node.branch}" if salted else None
+
+
 def with_ancestors(nodes: Sequence[TreeNode], keep: Iterable[int]) -> list[int]:
     """The indices in `keep` and all their ancestors, sorted (so still topological)."""
     closed: set[int] = set()

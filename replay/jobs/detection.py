@@ -30,27 +30,30 @@ DEFAULT_CONCURRENCY = 16  # the CLI's default --concurrency
 @dataclass(frozen=True)
 class FaultSetup:
     """What a replay needs so that a fault's broken path is taken: the engine profile to replay
-    on, whether the golden must hold prompt logprobs (scenario `prompt_logprobs = 1`), the
+    on, scenario switches the golden must be recorded with (`prompt_logprobs`, `salted`), the
     client's concurrency, and engine settings on top of the profile. `golden demo --fault`, the
     detection matrix and its tests all read this one table."""
 
     profile: str = "hicache"
-    prompt_logprobs: bool = False
+    scenario: Mapping[str, int] = field(default_factory=dict)  # ScenarioSpec fields to set
     concurrency: int = DEFAULT_CONCURRENCY
     engine: Mapping[str, Any] = field(default_factory=dict)
 
 
-# Every fault with a need beyond the default (`hicache`, output logprobs, concurrency 16).
+# Every fault with a need beyond the default (`hicache`, a plain golden, concurrency 16).
 FAULT_SETUPS: Mapping[str, FaultSetup] = MappingProxyType({
     "write-back-early-evict": FaultSetup(profile="hicache-write-back"),
     # the path is the prefill of positions whose prompt logprobs were asked (docs/faults.md)
-    "prompt-logprobs-stale-buffer": FaultSetup(prompt_logprobs=True),
+    "prompt-logprobs-stale-buffer": FaultSetup(scenario={"prompt_logprobs": 1}),
+    # only requests that differ in their cache key alone can be wrongly shared
+    "cache-key-drops-extra-key": FaultSetup(scenario={"salted": 1}),
+    # host-load-race needs the default concurrency: at 1 it passes (docs/faults.md)
 })
 # Kept for callers of the profile alone.
 FAULT_PROFILES = MappingProxyType({f: s.profile for f, s in FAULT_SETUPS.items()
                                    if s.profile != "hicache"})
-# Faults a golden without prompt logprobs never reaches: it asks for output logprobs only.
-BEYOND_REPLAY = frozenset(f for f, s in FAULT_SETUPS.items() if s.prompt_logprobs)
+# Faults a plain golden never reaches (output logprobs only, no cache keys).
+BEYOND_REPLAY = frozenset(f for f, s in FAULT_SETUPS.items() if s.scenario)
 
 
 def setup_for(fault: str | None) -> FaultSetup:
@@ -62,8 +65,9 @@ def profile_for(fault: str | None) -> str:
 
 
 def scenario_for(spec: ScenarioSpec, fault: str | None) -> ScenarioSpec:
-    """The scenario as the fault needs it recorded (prompt logprobs on where it needs them)."""
-    return replace(spec, prompt_logprobs=1) if setup_for(fault).prompt_logprobs else spec
+    """The scenario as the fault needs it recorded (prompt logprobs, cache keys)."""
+    needs = setup_for(fault).scenario
+    return replace(spec, **needs) if needs else spec
 
 
 def client(concurrency: int = DEFAULT_CONCURRENCY) -> ClientOptions:
@@ -121,16 +125,25 @@ def judge_fault(fault: str, profile: str, report: dict[str, Any]) -> FaultOutcom
     )
 
 
-def detection_matrix(golden: Golden, model: HybridModel, faults: list[str] | None = None,
-                     with_prompt: Golden | None = None,
+def fault_report(spec: ScenarioSpec, model: HybridModel, fault: str,
+                 goldens: dict[str, Golden], **overrides: Any) -> dict[str, Any]:
+    """The replay of `spec` (as the fault needs it recorded; `goldens` caches the recordings
+    by scenario) on the fault's setup."""
+    setup = setup_for(fault)
+    wanted = scenario_for(spec, fault)
+    key = repr(sorted(wanted.to_dict().items()))
+    if key not in goldens:
+        goldens[key] = record_reference(wanted, model)
+    return replay_report(goldens[key], model, setup.profile, fault,
+                         concurrency=setup.concurrency, **{**setup.engine, **overrides})
+
+
+def detection_matrix(spec: ScenarioSpec, model: HybridModel, faults: list[str] | None = None,
                      **overrides: Any) -> list[FaultOutcome]:
-    """Each fault replayed as its setup says; `with_prompt` is the golden (recorded with prompt
-    logprobs) for faults that need one."""
+    """Each fault replayed as its setup says, on recordings of `spec` made as it needs them."""
+    goldens: dict[str, Golden] = {}
     outcomes = []
     for fault in faults or list(FAULTS):
-        setup = setup_for(fault)
-        source = with_prompt if setup.prompt_logprobs and with_prompt is not None else golden
-        report = replay_report(source, model, setup.profile, fault,
-                               concurrency=setup.concurrency, **{**setup.engine, **overrides})
-        outcomes.append(judge_fault(fault, setup.profile, report))
+        report = fault_report(spec, model, fault, goldens, **overrides)
+        outcomes.append(judge_fault(fault, profile_for(fault), report))
     return outcomes

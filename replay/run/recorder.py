@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.server.apis.base import SAMPLING, Completion
+from replay.server.apis.base import SAMPLING, Completion, RequestExtras
 from replay.server.connection import Connection
 from replay.judge.diff import IDENTICAL, Policy, diff_outputs, diff_prompt_logprobs
 from replay.utils.errors import MalformedResponse, UsageError
@@ -24,7 +24,7 @@ from replay.run.journal import Journal
 from replay.run.runner import check_schedule, run_nodes
 from replay.golden.scenario import Plan, check_vocab
 from replay.judge.server_checks import check_sampling_defaults
-from replay.golden.tree import input_ids, prompt_logprob_start
+from replay.golden.tree import cache_key, input_ids, prompt_logprob_start
 
 Progress = Callable[[str], None]  # called with the request id as each completes
 
@@ -54,8 +54,9 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
     def inputs_for(i: int) -> np.ndarray:
         return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
 
-    def prompt_start_for(i: int) -> int:
-        return prompt_start(plan, lambda j: len(inputs_for(j)), i)
+    def extras_for(i: int) -> RequestExtras:
+        return RequestExtras(prompt_start(plan, lambda j: len(inputs_for(j)), i),
+                             cache_key(plan.requests[i], bool(plan.spec.salted)))
 
     def on_done(i: int, completion: Completion) -> None:
         refuse_unless_logprobs(plan.requests[i].id, completion)
@@ -71,7 +72,8 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
             progress("resumed")
     await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
                     top_k=plan.spec.top_k, vocab_size=vocab, only=remaining,
-                    prompt_start_for=prompt_start_for if plan.spec.prompt_logprobs else None)
+                    extras_for=extras_for if plan.spec.prompt_logprobs or plan.spec.salted
+                    else None)
     return [done[i] for i in range(len(plan.requests))]
 
 

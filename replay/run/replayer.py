@@ -14,13 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from replay.server.apis.base import Completion
-from replay.judge.cache_check import CacheExpectation, HitTally, parse_expectation
+from replay.server.apis.base import Completion, RequestExtras
+from replay.judge.cache_check import CacheExpectation, HitTally, isolation_problem, parse_expectation
 from replay.server.connection import Connection
 from replay.judge.diff import IDENTICAL, Policy, diff_outputs, diff_prompt_logprobs
 from replay.utils.errors import ModelMismatch, NumericsMismatch, UsageError
 from replay.golden.fingerprint import model_identity, model_mismatch, source_meta, vocab_size
 from replay.golden.model import Golden
+from replay.golden.tree import cache_key
 from replay.judge.numerics import compare_numerics
 from replay.report.results import ReplayResult, RequestOutcome
 from replay.run.runner import check_schedule, run_nodes
@@ -86,8 +87,9 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
         numerics=numerics.as_dict(allowed=options.allow_numerics_mismatch),
     )
     lag = retraction_lag(server_info, expectation)
-    prompt_starts = [r.prompt_logprob_start for r in golden.requests]
-    any_prompt = golden.has_prompt_logprobs
+    salted = bool(golden.scenario.get("salted"))
+    extras = [RequestExtras(r.prompt_logprob_start, cache_key(r, salted)) for r in golden.requests]
+    with_extras = golden.has_prompt_logprobs or salted
     for rep in range(options.repeat):
         await conn.flush_cache()
         if await conn.clear_storage(server_info):
@@ -100,7 +102,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
             parent = golden.requests[i].parent
             allowed = lag if parent >= 0 and retractions.get(parent, 0) > 0 else 0
             outcome = judge(golden, i, inputs, completion, rep, options.policy, expectation,
-                            allowed)
+                            allowed, salted)
             tally.add(completion.cached_tokens, completion.cached_details)
             result.outcomes.append(outcome)
             if progress:
@@ -108,7 +110,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
 
         await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab,
-                        prompt_start_for=prompt_starts.__getitem__ if any_prompt else None)
+                        extras_for=extras.__getitem__ if with_extras else None)
     order = {r.id: i for i, r in enumerate(golden.requests)}
     result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
     result.hit_lengths = tally.histogram()
@@ -127,7 +129,8 @@ def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -
 
 
 def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completion, rep: int,
-          policy: Policy, expectation: CacheExpectation, lag: int = 0) -> RequestOutcome:
+          policy: Policy, expectation: CacheExpectation, lag: int = 0,
+          salted: bool = False) -> RequestOutcome:
     req = golden.requests[i]
     diff = diff_outputs(req, completion, policy)
     prompt = (diff_prompt_logprobs(req.prompt_logprobs, completion.prompt_logprobs, policy)
@@ -140,6 +143,8 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
     problem = expectation.problem(turn=req.turn, history=history, output=output,
                                   cached=completion.cached_tokens, prompt=len(inputs[i]), lag=lag,
                                   cap=cap)
+    if problem is None and salted and req.turn == 0:
+        problem = isolation_problem(completion.cached_tokens, cache_key(req, salted))
     expected = (expectation.minimum(history, output, lag, cap)
                 if req.turn > 0 and expectation.kind != "none" else None)
     top = None

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import numpy as np
 
-from replay.server.apis.base import Completion
+from replay.server.apis.base import NO_EXTRAS, Completion, RequestExtras
 from replay.server.connection import Connection
 from replay.utils.errors import UsageError
 from replay.golden.tree import TreeNode
@@ -43,20 +43,19 @@ async def run_nodes(
     top_k: int,
     vocab_size: int | None,
     only: Iterable[int] | None = None,
-    prompt_start_for: Callable[[int], int] | None = None,
+    extras_for: Callable[[int], RequestExtras] | None = None,
 ) -> None:
     """Run every node (or the indices in `only`: the others are already complete); the first
-    error cancels the rest and propagates. `prompt_start_for(i)`, when given, is node i's
-    `logprob_start_len` (-1: output logprobs only)."""
+    error cancels the rest and propagates. `extras_for(i)`, when given, is what node i asks
+    beyond output logprobs (prompt logprobs, a cache key)."""
     check_schedule(schedule)
     todo = list(range(len(nodes))) if only is None else list(only)
 
     async def one(i: int) -> None:
         node = nodes[i]
-        start = prompt_start_for(i) if prompt_start_for is not None else -1
+        extras = extras_for(i) if extras_for is not None else NO_EXTRAS
         completion = await conn.complete(inputs_for(i), node.id, max_new_tokens=node.max_new_tokens,
-                                         top_k=top_k, vocab_size=vocab_size,
-                                         prompt_logprobs_from=start)
+                                         top_k=top_k, vocab_size=vocab_size, extras=extras)
         on_done(i, completion)
 
     if schedule == "dag":

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis import resolve_api
-from replay.server.apis.base import Api, Completion, SupportsPromptLogprobs
+from replay.server.apis.base import NO_EXTRAS, Api, Completion, RequestExtras, SupportsRequestExtras
 from replay.server.jsonio import decode
 from replay.server.transport import ClientOptions, ServerClient
 from replay.utils.errors import MalformedResponse, UsageError
@@ -45,14 +45,14 @@ class Connection:
 
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None,
-                       prompt_logprobs_from: int = -1) -> Completion:
+                       extras: RequestExtras = NO_EXTRAS) -> Completion:
         """One generation: the adapter's request, sent, and its answer parsed strictly. An
         adapter with a `parse_text` method reads the answer's text itself (typed decoding).
-        `prompt_logprobs_from >= 0` also asks for prompt logprobs from there (an adapter that
-        `SupportsPromptLogprobs`; a UsageError otherwise)."""
-        if prompt_logprobs_from >= 0:
-            return await self._complete_with_prompt(input_ids, request_id, max_new_tokens,
-                                                    top_k, vocab_size, prompt_logprobs_from)
+        `extras` (prompt logprobs, a cache key) need an adapter that `SupportsRequestExtras`
+        (a UsageError otherwise)."""
+        if not extras.plain:
+            return await self._complete_with_extras(input_ids, request_id, max_new_tokens,
+                                                    top_k, vocab_size, extras)
         path, body = self.api.request(input_ids, max_new_tokens, top_k)
         budget = response_budget(len(input_ids), max_new_tokens, top_k)
         parse_text = getattr(self.api, "parse_text", None)
@@ -68,22 +68,24 @@ class Connection:
             raise MalformedResponse(self.client.scrub(str(exc))) from None
 
 
-    async def _complete_with_prompt(self, input_ids: np.ndarray, request_id: str,
+    async def _complete_with_extras(self, input_ids: np.ndarray, request_id: str,
                                     max_new_tokens: int, top_k: int, vocab_size: int | None,
-                                    start: int) -> Completion:
+                                    extras: RequestExtras) -> Completion:
         api = self.api
-        if not isinstance(api, SupportsPromptLogprobs):
-            raise UsageError(f"the golden holds prompt logprobs, which the {api.name} API "
-                             "cannot ask for (use --api sglang)")
-        path, body = api.prompt_logprob_request(input_ids, max_new_tokens, top_k, start)
+        if not isinstance(api, SupportsRequestExtras):
+            raise UsageError(f"the golden asks for prompt logprobs or a cache key, which the "
+                             f"{api.name} API cannot send (use --api sglang)")
+        path, body = api.extras_request(input_ids, max_new_tokens, top_k, extras)
         budget = response_budget(2 * len(input_ids), max_new_tokens, top_k)
+        start = extras.prompt_logprobs_from
         try:
             text = await self.client.post_text(path, body, request_id, max_bytes=budget)
             completion = self.api.parse(decode(text, f"request {request_id}"), request_id,
                                         max_new_tokens=max_new_tokens, top_k=top_k,
                                         vocab_size=vocab_size)
-            completion.prompt_logprobs = api.parse_prompt_logprobs(text, request_id, input_ids,
-                                                                   start)
+            if start >= 0:
+                completion.prompt_logprobs = api.parse_prompt_logprobs(text, request_id,
+                                                                       input_ids, start)
             return completion
         except MalformedResponse as exc:
             raise MalformedResponse(self.client.scrub(str(exc))) from None

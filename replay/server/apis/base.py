@@ -76,15 +76,32 @@ class Api(Protocol):
         ...
 
 
-@runtime_checkable
-class SupportsPromptLogprobs(Protocol):
-    """An adapter that can also ask for prompt logprobs from a position while the prefix before
-    it may still come from the server's cache (SGLang: `logprob_start_len`)."""
+@dataclass(frozen=True)
+class RequestExtras:
+    """What a request may ask beyond a greedy generation with output logprobs: prompt logprobs
+    from a position (-1: none) and a cache key the server must keep reuse apart by (SGLang's
+    `extra_key`, the field its `cache_salt` is folded into)."""
 
-    def prompt_logprob_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
-                               start: int) -> tuple[str, dict[str, Any]]:
-        """The (path, body) of `request`'s generation, also asking for prompt logprobs from
-        `start`."""
+    prompt_logprobs_from: int = -1
+    cache_key: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        return self.prompt_logprobs_from < 0 and self.cache_key is None
+
+
+NO_EXTRAS = RequestExtras()
+
+
+@runtime_checkable
+class SupportsRequestExtras(Protocol):
+    """An adapter that can ask for `RequestExtras`: prompt logprobs from a position while the
+    prefix before it may still come from the server's cache (SGLang: `logprob_start_len`), and a
+    per-request cache key (SGLang: `extra_key`)."""
+
+    def extras_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
+                       extras: RequestExtras) -> tuple[str, dict[str, Any]]:
+        """The (path, body) of `request`'s generation with the extras asked."""
         ...
 
     def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay.server.apis.base import SAMPLING, Completion
+from replay.server.apis.base import SAMPLING, Completion, RequestExtras
 from replay.server.apis.sglang_parse import parse_completion, parse_prompt_logprobs, parse_text
 from replay.utils.errors import ServerError
 
@@ -29,12 +29,16 @@ class SGLangApi:
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
         return "/generate", generate_body(input_ids, max_new_tokens, top_k)
 
-    def prompt_logprob_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
-                               start: int) -> tuple[str, dict[str, Any]]:
-        """`request`'s body with `logprob_start_len = start`: SGLang then reuses at most
-        `start` cached prompt tokens and returns `input_token_logprobs` from there."""
+    def extras_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
+                       extras: RequestExtras) -> tuple[str, dict[str, Any]]:
+        """`request`'s body plus `logprob_start_len` (SGLang then reuses at most that many
+        cached prompt tokens and returns `input_token_logprobs` from there) and `extra_key`
+        (its radix cache keeps requests with different keys apart)."""
         body = generate_body(input_ids, max_new_tokens, top_k)
-        body["logprob_start_len"] = int(start)
+        if extras.prompt_logprobs_from >= 0:
+            body["logprob_start_len"] = int(extras.prompt_logprobs_from)
+        if extras.cache_key is not None:
+            body["extra_key"] = extras.cache_key
         return "/generate", body
 
     def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from replay.engine.config import get_config
-from replay.jobs.detection import (BEYOND_REPLAY, judge_fault, profile_for, record_reference,
-                                   replay_report, setup_for)
+from replay.jobs.detection import (BEYOND_REPLAY, fault_report, judge_fault, profile_for,
+                                   record_reference, replay_report)
 from replay.engine.faults import FAULTS
 from replay.judge.cache_check import CacheExpectation
 from replay.engine.model import HybridModel
@@ -24,6 +24,12 @@ POOL = {"max_total_tokens": 1024}
 @pytest.fixture(scope="module")
 def model() -> HybridModel:
     return HybridModel(get_config("tiny"), 0, "cpu")
+
+
+@pytest.fixture(scope="module")
+def recordings() -> dict:
+    """Recordings of MINI as each fault needs it, shared by the tests (by scenario)."""
+    return {}
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +58,30 @@ def test_clean_cached_replay_with_prompt_logprobs_passes(golden_with_prompt, mod
     assert max(int(k) for k in report["summary"]["cache_hit_lengths"]) >= 256
 
 
+def test_clean_cached_replay_of_a_salted_golden_passes(model):
+    """Every branch with its own cache key: no turn-0 hit, and each chain still hits itself."""
+    salted = record_reference(replace(MINI, salted=1), model)
+    report = replay_report(salted, model, "hicache", **POOL)
+    assert report["verdict"] == "pass", report["summary"]
+    turn0 = [r for r in report["requests"] if r["id"].endswith("/t0")]
+    assert all(r["cached_tokens"] == 0 for r in turn0)
+    assert max(int(k) for k in report["summary"]["cache_hit_lengths"]) >= 256
+
+
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_fault_is_caught_only_on_cached_requests(golden, golden_with_prompt, model, fault):
-    """Each fault replayed as detection.FAULT_SETUPS says (profile, prompt logprobs, load)."""
-    setup = setup_for(fault)
-    source = golden_with_prompt if setup.prompt_logprobs else golden
-    report = replay_report(source, model, setup.profile, fault, concurrency=setup.concurrency,
-                           **{**setup.engine, **POOL})
-    outcome = judge_fault(fault, setup.profile, report)
+def test_fault_is_caught_only_on_cached_requests(recordings, model, fault):
+    """Each fault replayed as detection.FAULT_SETUPS says (profile, scenario switches, load)."""
+    report = fault_report(MINI, model, fault, recordings, **POOL)
+    outcome = judge_fault(fault, profile_for(fault), report)
     assert outcome.caught, f"{fault} was not caught"
     assert outcome.placed, f"{fault} failed requests with no cache hit: {outcome.cold_failures}"
 
 
 @pytest.mark.parametrize("fault", sorted(BEYOND_REPLAY))
-def test_prompt_logprob_fault_is_beyond_a_golden_without_them(golden, model, fault):
-    """Output logprobs alone never take this path: the replay passes (docs/faults.md: the seed
-    kit does not see it either); the golden needs `prompt_logprobs`."""
+def test_a_fault_needing_a_scenario_switch_is_beyond_a_plain_golden(golden, model, fault):
+    """Output logprobs alone never take the prompt-logprob path, and requests without cache
+    keys cannot be wrongly shared across keys: the replay passes (docs/faults.md: the seed kit
+    does not see either); the golden needs `prompt_logprobs` or `salted`."""
     report = replay_report(golden, model, profile_for(fault), fault, **POOL)
     assert report["verdict"] == "pass", report["summary"]
 
