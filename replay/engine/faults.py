@@ -28,6 +28,10 @@ FAULTS: dict[str, str] = {
                          "tokens, so a cache hit (a short uncached tail) changes the bits",
     "cache-key-drops-extra-key": "the radix key leaves out the request's extra_key (cache salt), "
                                  "so requests of different keys share cached pages",
+    "largest-group-hit": "a hybrid hit takes the attention group's (deepest page) length and the "
+                         "Mamba state there, which no checkpoint holds, is never restored",
+    "checkpoint-on-shorter-key": "a finished request's final SSM state is stamped as the "
+                                 "checkpoint of its insert key's last full page, which ends earlier",
     "host-load-race": "a host-to-device load is read before its last page landed when another "
                       "request's compute overlaps it (a missing wait on the load stream)",
 }
@@ -142,6 +146,21 @@ class Faults:
         leaves out a field the request's identity needs, so requests that differ only there
         reuse each other's pages."""
         return None if self.active == "cache-key-drops-extra-key" else extra_key
+
+    def takes_largest_group_hit(self) -> bool:
+        """largest-group-hit: vLLM / LMCache 4247's class. A hybrid model's cache groups each
+        find their own hit (attention: any full page; Mamba: only where a state was kept); the
+        bug takes the largest instead of the smallest, and the Mamba state at that length,
+        which no checkpoint holds, is never restored: the request resumes from an empty state.
+        True when active: the match keeps every matched page."""
+        return self.active == "largest-group-hit"
+
+    def stamps_final_state_on_shorter_key(self) -> bool:
+        """checkpoint-on-shorter-key: SGLang PR 39209's class. When a finished request is
+        inserted, its key is cut to whole pages, but its final SSM state (after every computed
+        position) is stamped as the checkpoint of that shorter key's last node: a later hit
+        there resumes from a state that already saw tokens past it."""
+        return self.active == "checkpoint-on-shorter-key"
 
     def checkpoint_conv(self, conv: torch.Tensor) -> torch.Tensor:
         """conv-state-dropped: a checkpoint copies the SSM's recurrent state but not its conv

@@ -158,7 +158,7 @@ class RadixCache:
                 break
             path.append(child)
             node = child
-        if self.hybrid:
+        if self.hybrid and not self.faults.takes_largest_group_hit():
             while path and not self._has_checkpoint(path[-1]):
                 path.pop()
         match = Match(path, p)
@@ -204,7 +204,9 @@ class RadixCache:
             self._touch(node)
         self._backup([n for n in match.nodes if backup_on_hit(self.write_policy, n.hits)])
         last = match.last
-        state = [s.clone() for s in last.ssm] if self.hybrid and last is not None else None
+        state = None
+        if self.hybrid and last is not None and last.ssm is not None:
+            state = [s.clone() for s in last.ssm]  # no checkpoint: largest-group-hit fault only
         return cached, state, pending
 
     # -- insert --------------------------------------------------------------------------------

@@ -278,6 +278,10 @@ class Scheduler:
         seq.tree_pages |= adopted
 
     def _finish(self, seq: Sequence) -> None:
+        if self.cache is not None and seq.ssm is not None and self.track_interval is not None \
+                and self.faults.stamps_final_state_on_shorter_key():
+            shorter = seq.total_positions // self.page_size * self.page_size
+            seq.checkpoints.setdefault(shorter, seq.ssm)  # the state after total_positions
         if self.cache is not None:
             self._cache(seq, seq.total_positions // self.page_size)
             self.cache.unlock(seq.cache_node)

@@ -37,7 +37,8 @@ def test_fault_corrupts_the_cache_hit_but_not_cold_requests(fault):
 
 def test_every_fault_is_exercised_here():
     others = {"overreport-cached", "prompt-logprobs-stale-buffer", "split-k-by-extend",
-              "host-load-race"}
+              "host-load-race", "cache-key-drops-extra-key", "largest-group-hit",
+              "checkpoint-on-shorter-key"}
     assert set(FAULT_OPTIONS) | others == set(FAULTS)
 
 
@@ -146,3 +147,63 @@ def test_host_load_race_is_harmless_when_the_request_computes_alone():
     seqs = _host_hit_beside(other_at_once=False)
     assert seqs["B"].cached.host > 0 and seqs["B"].reused == HIT_B
     assert Out.of(seqs["B"]) == cold()["B"]
+
+
+def _follow_up_of_a(fault: str | None) -> tuple[Sequence, Out]:
+    """A (21 prompt tokens) decodes 10: 30 positions get KV, its full pages end at 28, its last
+    checkpoint is at 24; B continues A's conversation, so its pages match A's up to 28. Returns
+    B and B's cold run."""
+    p = prompts()
+    options = replace(HICACHE, fault=fault, enable_hierarchical_cache=False, max_total_tokens=1024)
+    engine = LLMEngine(options, model())
+    try:
+        a = engine.generate(p["A"], 10, 3)
+        b_ids = p["A"] + list(a.output_ids) + draw(9, 3)
+        b = engine.generate(b_ids, 4, 3)
+    finally:
+        engine.close()
+    reference = LLMEngine(REFERENCE, model())
+    try:
+        return b, Out.of(reference.generate(b_ids, 4, 3))
+    finally:
+        reference.close()
+
+
+def test_without_a_fault_the_follow_up_resumes_at_the_last_checkpoint():
+    b, cold_b = _follow_up_of_a(None)
+    assert b.reused == 24 and Out.of(b) == cold_b
+
+
+def test_largest_group_hit_resumes_past_the_checkpoint_with_no_state():
+    b, cold_b = _follow_up_of_a("largest-group-hit")
+    assert b.reused == 28  # the attention group's hit: every matched page
+    assert Out.of(b) != cold_b
+
+
+def test_checkpoint_on_shorter_key_gives_the_last_page_a_state_from_past_it():
+    b, cold_b = _follow_up_of_a("checkpoint-on-shorter-key")
+    assert b.reused == 28  # A's final state (after 30 positions) stamped on the node ending at 28
+    assert Out.of(b) != cold_b
+
+
+def _same_prompt_twice(fault: str | None) -> tuple[Sequence, Sequence]:
+    """One prompt sent with cache key "tenant-a", then with "tenant-b", then "tenant-a" again."""
+    ids = prompts()["A"]
+    engine = LLMEngine(replace(HICACHE, fault=fault, max_total_tokens=1024), model())
+    try:
+        engine.generate(ids, 1, 3, extra_key="tenant-a")
+        other = engine.generate(ids, 1, 3, extra_key="tenant-b")
+        same = engine.generate(ids, 1, 3, extra_key="tenant-a")
+    finally:
+        engine.close()
+    return other, same
+
+
+def test_requests_with_different_extra_keys_share_no_cached_page():
+    other, same = _same_prompt_twice(None)
+    assert other.reused == 0 and same.reused == 16
+
+
+def test_cache_key_drops_extra_key_shares_pages_across_keys():
+    other, _ = _same_prompt_twice("cache-key-drops-extra-key")
+    assert other.reused == 16
