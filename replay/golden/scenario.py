@@ -44,12 +44,12 @@ class ScenarioSpec:
     token_hi: int = 4000
     top_k: int = 5
     seed: int = 0
-    # 1: every request also asks for prompt logprobs from its parent's input end (turn 0: from
-    # its group's prefix end), so the parent's output and its own new tokens are scored while the
-    # parent's prompt still comes from the cache (docs/scenarios.md)
+    # N: the requests of the last N groups also ask for prompt logprobs from their parent's
+    # input end (turn 0: from the group's prefix end), so the parent's output and their own new
+    # tokens are scored while the parent's prompt still comes from the cache (docs/scenarios.md)
     prompt_logprobs: int = 0
-    # 1: every branch sends its own cache key (SGLang's `extra_key`), so branches that share a
-    # group's prefix must not share its cache: a turn-0 request may reuse nothing
+    # N: every request of the first N groups sends a cache key of its own (SGLang's
+    # `extra_key`), so it must reuse nothing, however much of it another request computed
     salted: int = 0
 
     def __post_init__(self) -> None:
@@ -69,8 +69,8 @@ class ScenarioSpec:
             "token_hi": self.token_hi > self.token_lo,
             "top_k": self.top_k >= 0,
             "seed": self.seed >= 0,
-            "prompt_logprobs": self.prompt_logprobs in (0, 1),
-            "salted": self.salted in (0, 1),
+            "prompt_logprobs": 0 <= self.prompt_logprobs <= self.groups,
+            "salted": 0 <= self.salted <= self.groups,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -134,6 +134,16 @@ PRESETS: dict[str, ScenarioSpec] = {
     "hicache-branching": ScenarioSpec(
         name="hicache-branching", groups=3, branches=3, prefix_len=512, suffix_len=64,
         turns=2, turn_suffix_len=32, max_new_tokens=160,
+    ),
+    # Detection per server token (docs/faults.md): every injected fault class at under a fifth
+    # of hicache-branching's server tokens. 3 groups x 2 branches x 2 turns; 112 new tokens
+    # cross the 256 track boundary during turn 0's decode; group 0's requests carry cache keys
+    # of their own (salted), group 2's ask for prompt logprobs, group 1 is plain. Replayed on a
+    # `hicache` engine with a 1024-token device pool (detection.CI_QUICK_ENGINE) so pages
+    # travel to host and back.
+    "ci-quick": ScenarioSpec(
+        name="ci-quick", groups=3, branches=2, prefix_len=128, suffix_len=32,
+        turns=1, turn_suffix_len=16, max_new_tokens=112, salted=1, prompt_logprobs=1,
     ),
     "single": ScenarioSpec(
         name="single", groups=1, branches=1, prefix_len=0, suffix_len=128,

@@ -74,10 +74,10 @@ def prompt_logprob_start(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarra
     return max(0, min(start, input_len_of(i) - 1))
 
 
-def cache_key(node: TreeNode, salted: bool) -> str | None:
-    """The cache key (SGLang's `extra_key`) node sends in a salted scenario: one per branch, so
-    a branch's turns share a cache namespace and siblings never do; None otherwise."""
-    return f"salt-g{node.group}-b{node.branch}" if salted else None
+def cache_key(node: TreeNode, salted_groups: int) -> str | None:
+    """The cache key (SGLang's `extra_key`) a node of one of the first `salted_groups` groups
+    sends: its own id, so that no other request may share any of its cache; None otherwise."""
+    return f"salt-{node.id}" if node.group < salted_groups else None
 
 
 def with_ancestors(nodes: Sequence[TreeNode], keep: Iterable[int]) -> list[int]:

@@ -13,7 +13,7 @@ output length; its input starts with those `history + output` tokens (sglang-pro
 the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `api_default`.
 A request asking for prompt logprobs from position S (`cap`) may reuse at most S tokens (SGLang
 caps reuse there), so its span is cut to S + 1 before the rules above.
-A turn-0 request of a salted scenario (its own cache key) must reuse nothing (`isolation_problem`).
+A request of a salted group (a cache key of its own) must reuse nothing (`isolation_problem`).
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 """
@@ -95,10 +95,10 @@ class CacheExpectation:
 
 
 def isolation_problem(cached: int, key: str | None) -> str | None:
-    """A turn-0 request of a salted scenario sends a cache key no other request shares, so no
-    token of it may come from the cache: any hit is a reuse across cache keys."""
+    """A request of a salted group sends a cache key no other request shares, so no token of it
+    may come from the cache: any hit is a reuse across cache keys."""
     if cached > 0:
-        return (f"cached_tokens {cached} on a request whose cache key {key!r} no earlier request "
+        return (f"cached_tokens {cached} on a request whose cache key {key!r} no other request "
                 "sent: reused across cache keys")
     return None
 

@@ -56,7 +56,7 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
 
     def extras_for(i: int) -> RequestExtras:
         return RequestExtras(prompt_start(plan, lambda j: len(inputs_for(j)), i),
-                             cache_key(plan.requests[i], bool(plan.spec.salted)))
+                             cache_key(plan.requests[i], plan.spec.salted))
 
     def on_done(i: int, completion: Completion) -> None:
         refuse_unless_logprobs(plan.requests[i].id, completion)
@@ -78,8 +78,9 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
 
 
 def prompt_start(plan: Plan, input_len_of: Callable[[int], int], i: int) -> int:
-    """Request i's `logprob_start_len` in a recording (-1 unless the scenario asks)."""
-    if not plan.spec.prompt_logprobs:
+    """Request i's `logprob_start_len` in a recording (-1 unless the scenario asks for its
+    group: the last `prompt_logprobs` groups)."""
+    if plan.requests[i].group < plan.spec.groups - plan.spec.prompt_logprobs:
         return -1
     return prompt_logprob_start(plan.requests, plan.prefixes, input_len_of, i)
 

@@ -87,7 +87,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
         numerics=numerics.as_dict(allowed=options.allow_numerics_mismatch),
     )
     lag = retraction_lag(server_info, expectation)
-    salted = bool(golden.scenario.get("salted"))
+    salted = int(golden.scenario.get("salted", 0))
     extras = [RequestExtras(r.prompt_logprob_start, cache_key(r, salted)) for r in golden.requests]
     with_extras = golden.has_prompt_logprobs or salted
     for rep in range(options.repeat):
@@ -130,7 +130,7 @@ def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -
 
 def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completion, rep: int,
           policy: Policy, expectation: CacheExpectation, lag: int = 0,
-          salted: bool = False) -> RequestOutcome:
+          salted: int = 0) -> RequestOutcome:
     req = golden.requests[i]
     diff = diff_outputs(req, completion, policy)
     prompt = (diff_prompt_logprobs(req.prompt_logprobs, completion.prompt_logprobs, policy)
@@ -140,13 +140,16 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
         history = len(inputs[req.parent])
         output = len(golden.requests[req.parent].output_ids)
     cap = req.prompt_logprob_start if req.prompt_logprob_start >= 0 else None
-    problem = expectation.problem(turn=req.turn, history=history, output=output,
-                                  cached=completion.cached_tokens, prompt=len(inputs[i]), lag=lag,
-                                  cap=cap)
-    if problem is None and salted and req.turn == 0:
-        problem = isolation_problem(completion.cached_tokens, cache_key(req, salted))
-    expected = (expectation.minimum(history, output, lag, cap)
-                if req.turn > 0 and expectation.kind != "none" else None)
+    key = cache_key(req, salted)
+    if key is not None:  # a cache key of its own: nothing may be reused
+        problem = isolation_problem(completion.cached_tokens, key)
+        expected = None
+    else:
+        problem = expectation.problem(turn=req.turn, history=history, output=output,
+                                      cached=completion.cached_tokens, prompt=len(inputs[i]),
+                                      lag=lag, cap=cap)
+        expected = (expectation.minimum(history, output, lag, cap)
+                    if req.turn > 0 and expectation.kind != "none" else None)
     top = None
     if diff.status != IDENTICAL and diff.first is not None and req.top_ids is not None \
             and completion.top_ids is not None:

@@ -223,3 +223,31 @@ def test_reading_the_text_typed_agrees_with_the_untyped_parser_on_any_corruption
                                             vocab_size=100))
     from_obj = _outcome(lambda: parse(json.loads(text)))
     assert from_text == from_obj
+
+
+def test_extras_ask_for_prompt_logprobs_and_a_cache_key():
+    from replay.server.apis.base import RequestExtras
+    from replay.server.apis.sglang import SGLangApi
+    _, body = SGLangApi().extras_request(np.arange(5), 3, 0, RequestExtras(2, "salt-x"))
+    assert body["logprob_start_len"] == 2 and body["extra_key"] == "salt-x"
+    assert body["return_logprob"] is True
+
+
+def test_prompt_logprobs_are_read_after_the_start_token():
+    from replay.server.apis.sglang_parse import parse_prompt_logprobs
+    ids = np.array([7, 8, 9, 10])
+    text = json.dumps({"meta_info": {"input_token_logprobs": [
+        [None, 8, None], [-0.5, 9, None], [-1.25, 10, None]]}})
+    assert parse_prompt_logprobs(text, "r", ids, 1).tolist() == [-0.5, -1.25]
+
+
+@pytest.mark.parametrize("entries", [
+    [[None, 8, None], [-0.5, 9, None]],  # one short
+    [[None, 8, None], [-0.5, 99, None], [-1.25, 10, None]],  # another token
+    [[None, 8, None], ["x", 9, None], [-1.25, 10, None]],  # not a number
+])
+def test_prompt_logprobs_that_break_the_protocol_are_refused(entries):
+    from replay.server.apis.sglang_parse import parse_prompt_logprobs
+    text = json.dumps({"meta_info": {"input_token_logprobs": entries}})
+    with pytest.raises(MalformedResponse):
+        parse_prompt_logprobs(text, "r", np.array([7, 8, 9, 10]), 1)
