@@ -83,27 +83,40 @@ def serve_sglang_frontend(profile: str, host: str, port: int, fault: str | None,
 
 def demo(
     out: Path = typer.Option(Path("demo-out"), "--out", help="Directory for the golden and the reports."),
-    scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name or TOML file."),
-    replay_profile: str = typer.Option("hicache", "--replay-profile", help="Engine profile to replay against."),
+    scenario: str = typer.Option(None, "--scenario", help="Preset name or TOML file (default hicache-branching; with --fault, ci-quick on a small device pool).", show_default=False),
+    replay_profile: str = typer.Option(None, "--replay-profile", help="Engine profile to replay against (default hicache; with --fault, the profile the fault needs).", show_default=False),
     fault: str = typer.Option(None, "--fault", help="Inject a cache bug into the replay server to see it caught.", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """The whole loop on the embedded engine: serve `reference`, record, serve `hicache`
-    (host tier, overlap scheduling), replay, report. Exit 0 pass, 1 fail, 2 error."""
+    (host tier, overlap scheduling), replay, report. With --fault, the scenario, profile and
+    client concurrency are the ones that fault needs (replay/jobs/detection.py FAULT_SETUPS).
+    Exit 0 pass, 1 fail, 2 error."""
     from golden_cli import render
     from golden_cli.options import progress_bars
     from golden_cli.replay_cmd import replay_and_report
+    from replay.engine.faults import check_fault
+    from replay.jobs.detection import CI_QUICK, CI_QUICK_ENGINE, engine_flags, scenario_for, setup_for
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
     from replay.golden.scenario import build_plan, load_scenario
     from replay.jobs.session import ServerTarget, record_golden
 
     engine_modules()  # a clear error now if torch is missing
-    spec = load_scenario(scenario)
+    try:
+        check_fault(fault)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    setup = setup_for(fault)
+    small_pool = fault is not None and scenario is None
+    spec = load_scenario(scenario or (CI_QUICK if fault else "hicache-branching"))
+    spec = scenario_for(spec, fault) if fault else spec
+    replay_profile = replay_profile or (setup.profile if fault else "hicache")
+    engine = {**(CI_QUICK_ENGINE if small_pool else {}), **setup.engine}
     out.mkdir(parents=True, exist_ok=True)
     golden_path = out / f"{safe_name(spec.name)}.zarr"
     logs = out / "logs"
-    copts = ClientOptions(concurrency=16)
+    copts = ClientOptions(concurrency=setup.concurrency)
 
     render.err.print(f"1/3 recording {spec.name} ({spec.requests} requests) on a `reference` "
                      "engine (radix cache off, overlap off)", markup=False)
@@ -112,8 +125,11 @@ def demo(
                   api="sglang", force=True, progress=progress_bars(quiet))
     render.err.print(f"2/3 wrote {golden_path}", markup=False)
     render.err.print(f"3/3 replaying on an `{replay_profile}` engine"
-                     + (f" with fault {fault}" if fault else ""), markup=False)
-    target = ServerTarget(profile=f"embedded-{replay_profile}", log_dir=logs, fault=fault)
+                     + (f" with fault {fault}" if fault else "")
+                     + (f" ({', '.join(f'{k}={v}' for k, v in engine.items())})" if engine else ""),
+                     markup=False)
+    target = ServerTarget(profile=f"embedded-{replay_profile}", log_dir=logs, fault=fault,
+                          extra_args=engine_flags(engine))
     code = replay_and_report(golden_path, target, ReplayOptions(), copts, api="sglang",
                              shard=None, quiet=quiet, report=out / "report.json",
                              junit=out / "junit.xml", html=out / "report.html")

@@ -51,7 +51,7 @@ def minimize(
     report: Path = typer.Option(None, "--report", help="The failing replay's JSON report (saves the first replay; names the failure).", show_default=False),
     repeat: int = typer.Option(1, "--repeat", help="Judge each candidate by N repeats; a failure in any of them counts (flaky failures)."),
     budget: str = typer.Option(None, "--budget", help="Stop after SECONDS (600, 10m) or RUNS (40runs) and keep the smallest failing replay found.", show_default=False),
-    failure: str = typer.Option(None, "--failure", help="The failure class to keep: token_divergence | logprob_drift | over_reported | cache_miss | tier (default: the start's most frequent).", show_default=False),
+    failure: str = typer.Option(None, "--failure", help="The failure class to keep: token_divergence | logprob_drift | prompt_logprob_drift | over_reported | cache_miss | tier (default: the start's most frequent).", show_default=False),
     same_tier: bool = typer.Option(False, "--same-tier", help="Also keep the cache tier of the failing hits (host/storage when any)."),
     schedule: str = ScheduleOpt,
     policy: str = PolicyOpt,

@@ -6,7 +6,10 @@ For no fault and for every injected fault, on the profile that takes the fault's
                  interleaved order, temperature 1, the seed's 1e-9 KL threshold), its cache
                  asserts recorded rather than stopping the run (tests/support/seed_kit.py);
   golden replay: the committed golden (goldens/hicache-branching.zarr) replayed through the
-                 library `golden replay` runs (replay.jobs.detection.replay_report).
+                 library `golden replay` runs (replay.jobs.detection.replay_report); a fault
+                 that needs a scenario switch (detection.FAULT_SETUPS: prompt logprobs, cache
+                 keys) gets hicache-branching recorded with it on the reference first, and each
+                 fault runs at the concurrency its setup names.
 Prints one Markdown table row per fault for docs/faults.md. Needs sglang installed
 (scripts/install_sglang.sh). Each row starts fresh servers: rows can run in separate processes.
 
@@ -25,7 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay.engine.config import get_config  # noqa: E402
-from replay.jobs.detection import judge_fault, profile_for, replay_report  # noqa: E402
+from replay.jobs.detection import (judge_fault, profile_for, record_reference,  # noqa: E402
+                                   replay_report, scenario_for, setup_for)
+from replay.golden.scenario import PRESETS  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
 from replay.engine.model import HybridModel  # noqa: E402
 from replay.engine.options import profile_options  # noqa: E402
@@ -46,7 +51,10 @@ def row(fault: str | None, golden: Golden, model: HybridModel) -> str:
     options = profile_options(profile, fault=fault, model=model.config.name, seed=model.seed)
     with start_server(options, model=model) as server:
         kit = observe_kit(server.url, SEED_SHAPE, options.mamba_track_interval)
-    report = replay_report(golden, model, profile, fault)
+    setup = setup_for(fault)
+    if setup.scenario:
+        golden = record_reference(scenario_for(PRESETS["hicache-branching"], fault), model)
+    report = replay_report(golden, model, profile, fault, concurrency=setup.concurrency)
     outcome = judge_fault(fault or "none", profile, report)
     kl = "error" if kit.error else ("-" if kit.kl is None else f"{kit.kl:.3g}")
     kit_caught = kit.error is not None or bool(kit.cache_failures) or (

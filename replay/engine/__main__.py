@@ -1,5 +1,5 @@
 """`python -m replay.engine --profile P [--host H] [--port N] [--fault F] [--device D] [--model M]
-[--seed S] [--retract-interval N] [--jitter-seed S]`: serve the embedded engine until SIGINT or
+[--seed S] [--max-total-tokens N] [--retract-interval N] [--jitter-seed S]`: serve the embedded engine until SIGINT or
 SIGTERM."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="torch device for the model and KV pool (default cpu)")
     parser.add_argument("--model", help="model config name (default tiny)")
     parser.add_argument("--seed", type=int, help="weight seed (default 0)")
+    parser.add_argument("--max-total-tokens", type=int,
+                        help="device KV pool in tokens (default: the profile's)")
     parser.add_argument("--retract-interval", type=int,
                         help="retract one decoding request every N steps (SGLang's "
                              "SGLANG_TEST_RETRACT_INTERVAL; default 0: never)")
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
                                   device=args.device, model=args.model, seed=args.seed,
+                                  max_total_tokens=args.max_total_tokens,
                                   test_retract_interval=args.retract_interval,
                                   schedule_jitter_seed=args.jitter_seed)
         serve(options, launch_command=" ".join(["python -m replay.engine", *sys.argv[1:]]))

@@ -136,14 +136,15 @@ PRESETS: dict[str, ScenarioSpec] = {
         turns=2, turn_suffix_len=32, max_new_tokens=160,
     ),
     # Detection per server token (docs/faults.md): every injected fault class at under a fifth
-    # of hicache-branching's server tokens. 3 groups x 2 branches x 2 turns; 112 new tokens
-    # cross the 256 track boundary during turn 0's decode; group 0's requests carry cache keys
+    # of hicache-branching's server tokens. 3 groups x 2 branches x 2 turns; turn 0's 100 new
+    # tokens cross the 256 track boundary during decode and end its pages at 320, off a
+    # boundary (which largest-group-hit and checkpoint-on-shorter-key need); group 0's requests carry cache keys
     # of their own (salted), group 2's ask for prompt logprobs, group 1 is plain. Replayed on a
     # `hicache` engine with a 1024-token device pool (detection.CI_QUICK_ENGINE) so pages
     # travel to host and back.
     "ci-quick": ScenarioSpec(
-        name="ci-quick", groups=3, branches=2, prefix_len=128, suffix_len=32,
-        turns=1, turn_suffix_len=16, max_new_tokens=112, salted=1, prompt_logprobs=1,
+        name="ci-quick", groups=3, branches=2, prefix_len=128, suffix_len=96,
+        turns=1, turn_suffix_len=16, max_new_tokens=100, salted=1, prompt_logprobs=1,
     ),
     "single": ScenarioSpec(
         name="single", groups=1, branches=1, prefix_len=0, suffix_len=128,

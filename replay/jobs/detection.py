@@ -56,6 +56,24 @@ FAULT_PROFILES = MappingProxyType({f: s.profile for f, s in FAULT_SETUPS.items()
 BEYOND_REPLAY = frozenset(f for f, s in FAULT_SETUPS.items() if s.scenario)
 
 
+# ci-quick (replay/golden/scenario.py) is replayed on its fault's profile with this device pool,
+# small enough that its pages travel to host and back (`python -m replay.engine
+# --max-total-tokens`); docs/faults.md, "Detection per server token".
+CI_QUICK = "ci-quick"
+CI_QUICK_ENGINE: Mapping[str, Any] = MappingProxyType({"max_total_tokens": 1024})
+_ENGINE_FLAGS = {"max_total_tokens": "--max-total-tokens",
+                 "test_retract_interval": "--retract-interval",
+                 "schedule_jitter_seed": "--jitter-seed"}
+
+
+def engine_flags(overrides: Mapping[str, Any]) -> tuple[str, ...]:
+    """Engine settings as `python -m replay.engine` flags (for a launched server)."""
+    unknown = sorted(set(overrides) - set(_ENGINE_FLAGS))
+    if unknown:
+        raise ValueError(f"no engine flag for {', '.join(unknown)}")
+    return tuple(x for k, v in overrides.items() for x in (_ENGINE_FLAGS[k], str(v)))
+
+
 def setup_for(fault: str | None) -> FaultSetup:
     return FAULT_SETUPS.get(fault or "", FaultSetup())
 
@@ -131,12 +149,17 @@ def fault_report(spec: ScenarioSpec, model: HybridModel, fault: str,
     """The replay of `spec` (as the fault needs it recorded; `goldens` caches the recordings
     by scenario) on the fault's setup."""
     setup = setup_for(fault)
-    wanted = scenario_for(spec, fault)
-    key = repr(sorted(wanted.to_dict().items()))
-    if key not in goldens:
-        goldens[key] = record_reference(wanted, model)
-    return replay_report(goldens[key], model, setup.profile, fault,
+    golden = recorded(scenario_for(spec, fault), model, goldens)
+    return replay_report(golden, model, setup.profile, fault,
                          concurrency=setup.concurrency, **{**setup.engine, **overrides})
+
+
+def recorded(spec: ScenarioSpec, model: HybridModel, goldens: dict[str, Golden]) -> Golden:
+    """The reference recording of `spec`, made once per scenario (`goldens` keeps them)."""
+    key = repr(sorted(spec.to_dict().items()))
+    if key not in goldens:
+        goldens[key] = record_reference(spec, model)
+    return goldens[key]
 
 
 def detection_matrix(spec: ScenarioSpec, model: HybridModel, faults: list[str] | None = None,

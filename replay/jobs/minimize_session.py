@@ -31,7 +31,8 @@ from replay.jobs.session import ServerTarget, replay_golden
 
 SCHEMA = "golden-replay/minimize/1"
 # The failure classes, most telling first (ties in the count go to the earlier one).
-FAILURE_CLASSES = ("token_divergence", "logprob_drift", "over_reported", "cache_miss", "tier")
+FAILURE_CLASSES = ("token_divergence", "logprob_drift", "prompt_logprob_drift", "over_reported",
+                   "cache_miss", "tier")
 HOST_TIERS = ("host", "storage")
 
 

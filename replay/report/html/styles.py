@@ -14,6 +14,7 @@ from typing import Any
 IDENTICAL = "identical"
 LOGPROB_DRIFT = "logprob_drift"
 TOKEN_DIVERGENCE = "token_divergence"
+PROMPT_LOGPROB_DRIFT = "prompt_logprob_drift"
 CACHE_MISS = "cache_miss"
 ERROR = "error"
 
@@ -30,6 +31,7 @@ STATUS_STYLES = MappingProxyType({
     IDENTICAL: StatusStyle("#c8e6c9", "#2e7d32", "\u2713", 0),
     CACHE_MISS: StatusStyle("#d1c4e9", "#5e35b1", "C", 1),
     LOGPROB_DRIFT: StatusStyle("#ffe082", "#b26a00", "~", 2),
+    PROMPT_LOGPROB_DRIFT: StatusStyle("#ffcc80", "#e65100", "p", 2),
     TOKEN_DIVERGENCE: StatusStyle("#ef9a9a", "#c62828", "\u2717", 3),
     ERROR: StatusStyle("#bdbdbd", "#212121", "!", 4),
 })
