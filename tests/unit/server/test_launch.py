@@ -40,6 +40,9 @@ EXPECTED_SGLANG_ARGV = {
     "sglang-hicache-seed": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct", "--enable-deterministic-inference"],
+    "sglang-hicache-seed-retract": SG + SEED_SHAPE + [
+        "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
+        "--hicache-mem-layout", "page_first_direct", "--enable-deterministic-inference"],
     "sglang-hicache-write-back": SG + SEED_SHAPE + [
         "--hicache-write-policy", "write_back", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct", "--enable-deterministic-inference"],
@@ -79,7 +82,16 @@ def test_every_builtin_profile_is_listed():
     llamacpp = {"llamacpp-reference", "llamacpp-cached"}
     assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp
                                             | {f"embedded-{p}" for p in EMBEDDED}
-                                            | {f"embedded-sglang-{p}" for p in EMBEDDED})
+                                            | {f"embedded-sglang-{p}" for p in EMBEDDED}
+                                            | {"embedded-hicache-retract"})
+
+
+def test_the_retract_profiles_force_retraction_as_sglang_and_the_engine_spell_it():
+    sglang = render_builtin("sglang-hicache-seed-retract", model="M")
+    assert sglang.env == {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "7"}
+    embedded = render_builtin("embedded-hicache-retract", model=None).argv
+    assert embedded[3:5] == ["--profile", "hicache"]
+    assert embedded[-4:] == ["--retract-interval", "7", "--jitter-seed", "0"]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SGLANG_ARGV))
