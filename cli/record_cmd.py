@@ -39,6 +39,8 @@ def record(
     out: Path = typer.Option(..., "--out", help="Golden to write: a NAME.zarr directory.", show_default=False),
     seed: int = typer.Option(None, "--seed", help="Override the scenario's seed.", show_default=False),
     top_k: int = typer.Option(None, "--top-k", help="Override the scenario's top-k logprobs per position.", show_default=False),
+    prompt_logprobs: int = typer.Option(None, "--prompt-logprobs", help="Override the scenario's prompt_logprobs: the last N groups also ask for prompt logprobs from a warm cache (docs/scenarios.md).", show_default=False),
+    salted: int = typer.Option(None, "--salted", help="Override the scenario's salted: the first N groups' requests send cache keys of their own (docs/scenarios.md).", show_default=False),
     concurrency: int = ConcurrencyOpt,
     schedule: str = ScheduleOpt,
     force: bool = typer.Option(False, "--force", help="Overwrite an existing golden."),
@@ -59,7 +61,8 @@ def record(
     copts = client_options(concurrency, timeout, api_key)
     target = server_target(server, launch, model, log_dir, server_arg=server_arg,
                            attention_backend=attention_backend)
-    plan = build_plan(with_overrides(load_scenario(scenario), seed=seed, top_k=top_k))
+    plan = build_plan(with_overrides(load_scenario(scenario), seed=seed, top_k=top_k,
+                                     prompt_logprobs=prompt_logprobs, salted=salted))
     try:
         golden = record_golden(plan, out, target, options, copts, api=api, force=force,
                                resume=resume, progress=progress_bars(quiet),

@@ -1,5 +1,7 @@
 """Scenario specs and plans: the conversation trees that get recorded."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,47 @@ def test_token_range_beyond_the_vocabulary_is_refused():
     with pytest.raises(UsageError, match="vocabulary has 1000 tokens"):
         check_vocab(PRESETS["single"], 1000)
     check_vocab(PRESETS["single"], 4096)
+
+
+# --- per-group switches and ci-quick ------------------------------------------------------------
+
+
+def _server_tokens(spec):
+    """Prompt tokens sent plus tokens decoded by one replay of the scenario (outputs are always
+    max_new_tokens long)."""
+    from replay.golden.tree import input_ids
+    plan = build_plan(spec)
+    outputs = lambda j: np.zeros(plan.requests[j].max_new_tokens, dtype=np.int32)  # noqa: E731
+    prompt = sum(len(input_ids(plan.requests, plan.prefixes, outputs, i))
+                 for i in range(len(plan.requests)))
+    return prompt + spec.requests * spec.max_new_tokens
+
+
+def test_ci_quick_costs_at_most_a_quarter_of_hicache_branchings_server_tokens():
+    assert 4 * _server_tokens(PRESETS["ci-quick"]) <= _server_tokens(PRESETS["hicache-branching"])
+
+
+@pytest.mark.parametrize("key", ["prompt_logprobs", "salted"])
+def test_a_group_switch_counts_groups_and_no_more(key):
+    base = PRESETS["ci-quick"]
+    assert replace(base, **{key: base.groups}).to_dict()[key] == base.groups
+    with pytest.raises(UsageError, match=key):
+        replace(base, **{key: base.groups + 1})
+    with pytest.raises(UsageError, match=key):
+        replace(base, **{key: -1})
+
+
+def test_switches_that_are_off_are_not_stored_so_older_goldens_read_the_same():
+    data = PRESETS["hicache-branching"].to_dict()
+    assert "prompt_logprobs" not in data and "salted" not in data
+    assert ScenarioSpec.from_dict(data) == PRESETS["hicache-branching"]
+
+
+def test_prompt_logprobs_start_at_the_parents_input_end_and_cache_keys_are_per_request():
+    from replay.golden.tree import cache_key, prompt_logprob_start
+    plan = build_plan(PRESETS["ci-quick"])
+    lengths = {0: 224, 6: 340}  # g0/b0/t0 and its child g0/b0/t1
+    assert prompt_logprob_start(plan.requests, plan.prefixes, lengths.__getitem__, 0) == 128
+    assert prompt_logprob_start(plan.requests, plan.prefixes, lengths.__getitem__, 6) == 224
+    assert cache_key(plan.requests[6], 1) == "salt-g0/b0/t1"
+    assert cache_key(plan.requests[2], 1) is None  # group 1 is not salted
