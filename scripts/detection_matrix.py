@@ -23,7 +23,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay.engine.config import get_config  # noqa: E402
-from replay.jobs.detection import judge_fault, profile_for, replay_report  # noqa: E402
+from replay.jobs.detection import (judge_fault, profile_for, record_reference,  # noqa: E402
+                                   replay_report, scenario_for, setup_for)
+from replay.golden.scenario import ScenarioSpec  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
 from replay.engine.model import HybridModel  # noqa: E402
 from replay.golden.store import read_golden  # noqa: E402
@@ -37,7 +39,13 @@ def faults(golden_path: Path, model: HybridModel, pool: int | None) -> None:
     for fault in FAULTS:
         t = time.perf_counter()
         profile = profile_for(fault)
-        o = judge_fault(fault, profile, replay_report(golden, model, profile, fault, **overrides))
+        setup = setup_for(fault)
+        source = golden
+        if setup.scenario:  # the fault needs the golden recorded with a switch on
+            spec = ScenarioSpec.from_dict(golden.scenario)
+            source = record_reference(scenario_for(spec, fault), model)
+        o = judge_fault(fault, profile, replay_report(source, model, profile, fault,
+                                                      concurrency=setup.concurrency, **overrides))
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(o.statuses.items()))
         print(f"| {fault} | {profile} | {o.verdict} | {len(o.failing)} / {len(golden.requests)} | "
               f"{statuses} | {len(o.cold_failures)} | {time.perf_counter() - t:.0f} |", flush=True)
