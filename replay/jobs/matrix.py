@@ -22,7 +22,7 @@ from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
 from replay.report.document import SCHEMA, report_dict
 from replay.report.views import junit_xml
-from replay.jobs.session import ProgressBar, ServerTarget, load_golden, replay_golden
+from replay.jobs.session import ProgressBar, ServerTarget, load_golden, replay_golden, run_setup
 
 Notify = Callable[[str], None]
 
@@ -75,7 +75,9 @@ def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayO
     except GoldenError as exc:
         for p in profiles:
             reports[p.name] = report_dict(None, golden=golden_name, server=f"launch:{p.name}",
-                                          policy=str(options.policy), error=str(exc))
+                                          policy=str(options.policy), error=str(exc),
+                                          setup=run_setup(settings.target(p.name), options,
+                                                          shard))
             reports[p.name]["profile"] = p.name
         return matrix_document(golden_name, options, profiles, reports, shard)
     for name, p in zip(profile_names, profiles):
