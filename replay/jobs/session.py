@@ -25,7 +25,8 @@ from replay.utils import aio
 from replay.judge.cache_check import server_flag
 from replay.server.transport import ClientOptions
 from replay.server.connection import Connection, connect
-from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
+from replay.utils.errors import (GoldenError, GoldenFormatError, ModelMismatch, NumericsMismatch,
+                                 UsageError)
 from replay.golden.fingerprint import model_identity, redact_url
 from replay.golden.model import Golden
 from replay.golden.meaning import check_meaning
@@ -134,8 +135,11 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
                 result = aio.run(_replay(url, loaded, name, options, client, api, tick))
         compared_nothing(result)
     except GoldenError as exc:
-        return report_dict(None, golden=name, server=server, policy=str(options.policy),
-                           error=scrub(str(exc), secrets), setup=setup)
+        doc = report_dict(None, golden=name, server=server, policy=str(options.policy),
+                          error=scrub(str(exc), secrets), setup=setup)
+        if isinstance(exc, NumericsMismatch) and exc.numerics is not None:
+            doc["numerics"] = exc.numerics  # which fields differed, as documented
+        return doc
     except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
         if os.environ.get(DEBUG_ENV):
             raise
