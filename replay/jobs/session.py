@@ -73,6 +73,15 @@ class ServerTarget:
         name = str(self.profile)
         return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
 
+    @property
+    def setup_label(self) -> str:
+        """The label plus what changes the launched server's behaviour (the fault, the pinned
+        attention backend), so shard reports of different servers never merge. Server args are
+        left out: they may hold secrets."""
+        extra = [f"fault={self.fault}"] if self.fault else []
+        extra += [f"attention_backend={self.attention_backend}"] if self.attention_backend else []
+        return " ".join([self.label, *extra])
+
     def serving(self, api_key: str | None = None) -> ContextManager[str]:
         """A context yielding the URL: the given one, or a launched server's (always stopped;
         `api_key` goes with its warm-up request, for a server started with one)."""
@@ -93,12 +102,18 @@ def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
     return shard_golden(loaded, shard) if shard else loaded
 
 
+def shard_of(golden: Golden) -> str | None:
+    """"i/n" for a sharded golden (sharded here or by the caller, e.g. the matrix), else None."""
+    meta = golden.meta.get("shard")
+    return f"{meta['index']}/{meta['count']}" if isinstance(meta, dict) else None
+
+
 def run_setup(target: "ServerTarget", options: ReplayOptions, shard: str | None,
               checksum: str | None = None) -> RunSetup:
     """What a replay report records of what was asked (docs/report.md)."""
     return RunSetup(golden_sha256=checksum, shard=str(parse_shard(shard)) if shard else None,
                     repeat=options.repeat, expect_cache=options.expect_cache,
-                    require_tier=options.require_tier, target=target.label)
+                    require_tier=options.require_tier, target=target.setup_label)
 
 
 @contextlib.contextmanager
@@ -127,7 +142,7 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
     setup = run_setup(target, options, shard)
     try:
         loaded = load_golden(golden, shard)
-        setup = replace(setup, golden_sha256=loaded.checksum)
+        setup = replace(setup, golden_sha256=loaded.checksum, shard=shard_of(loaded))
         with target.serving(client.api_key) as url:
             server = redact_url(url)
             total = len(loaded.requests) * options.repeat
