@@ -15,7 +15,7 @@ import pytest
 from replay.server.transport import ServerClient
 from replay.utils.errors import ServerError, UsageError
 from replay.server.launch import (
-    attention_choice, builtin_profile_names, http_status, launched, load_profile, parse_profile,
+    attention_choice, log_tail, builtin_profile_names, http_status, launched, load_profile, parse_profile,
     render, server_for,
 )
 from replay.server.process_group import group_members
@@ -448,3 +448,11 @@ def test_a_launched_server_listening_through_a_child_process_is_confirmed(tmp_pa
     with launched(load_profile(str(profile_path)), model=None,
                   log_path=tmp_path / "wrapped.log") as url:
         assert http_status("GET", url + "/health", timeout=5.0) == 200
+
+
+def test_a_line_the_server_repeats_is_shown_once_with_its_count(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("loading weights: this will take forever\n"
+                   + 'fake: "GET /health HTTP/1.1" 503 -\n' * 40)
+    assert log_tail(log) == ["loading weights: this will take forever",
+                             'fake: "GET /health HTTP/1.1" 503 - (x40)']
