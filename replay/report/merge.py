@@ -124,8 +124,9 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
         "server_target": first.get("server_target"),
         "expect_cache": first.get("expect_cache"),
         "tier_problem": tier_problem,
-        "storage_cleared": sum(int(d.get("storage_cleared") or 0) for d in ok),
-        "storage_hits_after_clear": [h for d in ok for h in d.get("storage_hits_after_clear") or []],
+        "storage_cleared": sum(_count(d.get("storage_cleared")) for d in ok),
+        "storage_hits_after_clear": [h for d in ok
+                                     for h in d.get("storage_hits_after_clear") or []],
         "warnings": list(dict.fromkeys(w for d in ok for w in d.get("warnings") or []
                                        if not str(w).startswith("--require-tier "))),
         "summary": None if errors else _summary(requests, first.get("repeat"), tiers),
@@ -229,8 +230,9 @@ def _check_shares(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
         meta = (doc.get("golden_meta") or {}).get("shard") if isinstance(
             doc.get("golden_meta"), dict) else None
         if not isinstance(meta, dict):
-            raise UsageError(f"{name} does not say which requests its shard holds (golden_meta.shard)")
-        expected = int(meta.get("requests") or 0) * int(doc.get("repeat") or 1)
+            raise UsageError(f"{name} does not say which requests its shard holds "
+                             "(golden_meta.shard)")
+        expected = _count(meta.get("requests")) * (_count(doc.get("repeat")) or 1)
         if len(doc["requests"]) != expected:
             raise UsageError(f"{name} holds {len(doc['requests'])} request results, but its shard "
                              f"has {expected}: an edited or truncated report")
@@ -277,7 +279,8 @@ def _summary(requests: list[dict[str, Any]], repeat: Any,
         "repeats_failed": len(failed),
         "failed_repeat_indices": failed,
         "tokens_compared": sum(_count(r.get("tokens_compared")) for r in requests),
-        "requests_diverged": sum(1 for r in requests if r.get("status") not in (IDENTICAL, CACHE_MISS)),
+        "requests_diverged": sum(1 for r in requests
+                                 if r.get("status") not in (IDENTICAL, CACHE_MISS)),
         "requests_failed": sum(1 for r in requests if not r["passed"]),
         "cache_misses": sum(1 for r in requests if r.get("cache_problem")),
         "retracted_requests": sum(1 for r in requests if _count(r.get("num_retractions"))),
