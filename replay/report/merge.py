@@ -60,9 +60,10 @@ def _merge_matrices(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dic
     profiles = []
     for doc, name in zip(docs, names):
         m = doc.get("matrix")
-        if not (isinstance(m, dict) and isinstance(m.get("profiles"), list)
+        if not (isinstance(m, dict) and isinstance(m.get("profiles"), list) and m["profiles"]
                 and isinstance(m.get("reports"), dict)
-                and all(p in m["reports"] for p in m["profiles"])):
+                and all(isinstance(p, str) and isinstance(m["reports"].get(p), dict)
+                        for p in m["profiles"])):
             raise UsageError(f"{name} is not a matrix report: no profiles and reports")
         profiles.append(list(m["profiles"]))
     if any(p != profiles[0] for p in profiles):
@@ -141,7 +142,7 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
 
 def _check_is_report(doc: dict[str, Any], name: str) -> None:
     """A replay report: a verdict, a list of requests each with an id and a judgement."""
-    if doc.get("verdict") not in VERDICT_RANK:
+    if not isinstance(doc.get("verdict"), str) or doc["verdict"] not in VERDICT_RANK:
         raise UsageError(f"{name} is not a replay report: verdict {doc.get('verdict')!r}")
     requests = doc.get("requests")
     if not isinstance(requests, list):

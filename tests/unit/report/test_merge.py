@@ -151,6 +151,7 @@ def test_shards_against_servers_of_other_numerics_are_refused(shards):
 @pytest.mark.parametrize("doc, what", [
     ({"schema": "golden-replay/report/1", "verdict": "pass"}, "no requests list"),
     ({"schema": "golden-replay/report/1", "verdict": "maybe", "requests": []}, "verdict"),
+    ({"schema": "golden-replay/report/1", "verdict": ["pass"], "requests": []}, "verdict"),
     ({"schema": "golden-replay/report/1", "verdict": "pass", "requests": [{"id": "g0/b0/t0"}]},
      "passed judgement"),
 ])
@@ -220,3 +221,12 @@ def test_cli_refuses_several_reports_without_merge(shards, tmp_path):
     _, parts, _ = shards
     res = runner.invoke(app, ["report", *write(tmp_path, parts[:2]), "-o", str(tmp_path / "x.html")])
     assert res.exit_code == 2 and "--merge" in res.output
+
+
+@pytest.mark.parametrize("matrix", [[], {"profiles": [], "reports": {}},
+                                    {"profiles": [["a"]], "reports": {}},
+                                    {"profiles": ["a"], "reports": {"a": "x"}}])
+def test_a_malformed_matrix_document_is_refused_in_one_line(matrix):
+    doc = {"schema": "golden-replay/report/1", "verdict": "pass", "matrix": matrix}
+    with pytest.raises(UsageError, match="not a matrix report"):
+        merge_reports([doc])
