@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
@@ -25,6 +24,7 @@ from replay.utils import aio
 from replay.judge.cache_check import server_flag
 from replay.server.transport import ClientOptions
 from replay.server.connection import Connection, connect
+from replay.server.target import ServerTarget
 from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
 from replay.golden.fingerprint import model_identity, redact_url
 from replay.golden.model import Golden
@@ -42,44 +42,6 @@ Tick = Callable[[str], None]
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
 DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
-
-
-@dataclass(frozen=True)
-class ServerTarget:
-    """Where the server is: a running one (`url`) or a launch profile to start and stop."""
-
-    url: str | None = None
-    profile: str | None = None  # a built-in profile name or a TOML file
-    model: str | None = None  # for profiles that need one
-    log_dir: Path = Path("golden-logs")
-    fault: str | None = None  # embedded-engine profiles only
-    extra_args: tuple[str, ...] = field(default_factory=tuple)
-    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
-    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.profile is None):
-            raise UsageError("give exactly one of --server URL or --launch PROFILE")
-        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
-            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
-                             "--launch")
-
-    @property
-    def label(self) -> str:
-        """How reports name the server before it answers (credentials never shown)."""
-        if self.url:
-            return redact_url(self.url)
-        name = str(self.profile)
-        return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
-
-    def serving(self, api_key: str | None = None) -> ContextManager[str]:
-        """A context yielding the URL: the given one, or a launched server's (always stopped;
-        `api_key` goes with its warm-up request, for a server started with one)."""
-        from replay.server.launch import server_for  # subprocess machinery only when launching
-
-        return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
-                          extra_args=self.extra_args, attention_backend=self.attention_backend,
-                          notify=self.notify, api_key=api_key)
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:

@@ -25,8 +25,9 @@ from replay.run.compare import compare_goldens
 from replay.golden.store import read_golden, write_golden
 from replay.run.recorder import RecordOptions
 from replay.golden.scenario import ScenarioSpec, build_plan
-from replay.jobs.session import (ServerTarget, known_secrets, record_connected, reference_warnings,
-                            secrets_scrubbed)
+from replay.jobs.session import (known_secrets, record_connected, reference_warnings,
+                                 secrets_scrubbed)
+from replay.server.target import ServerTarget
 
 UNCHANGED = "unchanged"
 CHANGED = "changed"
