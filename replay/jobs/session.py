@@ -23,6 +23,7 @@ from typing import Any, ContextManager
 from replay.utils import aio
 from replay.judge.cache_check import server_flag
 from replay.server.transport import ClientOptions
+from replay.server.apis.base import Api
 from replay.server.connection import Connection, connect
 from replay.server.target import ServerTarget
 from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
@@ -143,9 +144,10 @@ class ModelChanged(ModelMismatch):
     """The server's model changed while the reference was being recorded: nothing was written."""
 
 
-def reference_warnings(server_info: dict[str, Any]) -> list[str]:
-    """What is suspicious about a server used to record a reference."""
-    if not server_flag(server_info, "disable_radix_cache"):
+def reference_warnings(server_info: dict[str, Any], api: Api) -> list[str]:
+    """What is suspicious about a server used to record a reference (through `api`, whose own
+    requests may turn reuse off: its `bypasses_cache` trait)."""
+    if not api.bypasses_cache and not server_flag(server_info, "disable_radix_cache"):
         return ["the server has its radix cache on; a reference should be recorded with the "
                 "cache disabled (a reference profile such as sglang-reference)"]
     return []
@@ -199,7 +201,7 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     from replay.run.recorder import NonDeterministicReference
 
     facts = await server_facts(conn)
-    for warning in reference_warnings(facts.server_info):
+    for warning in reference_warnings(facts.server_info, conn.api):
         if notify:
             notify(f"warning: {warning}")
     journal, already = None, {}

@@ -79,7 +79,7 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
         results = []
         async with connect(url, client_options, api, reference=True) as conn:
             server_info = await conn.server_info()
-            warnings = reference_warnings(server_info)
+            warnings = reference_warnings(server_info, conn.api)
             serving = model_identity(await conn.model_info(), server_info)
             for path in paths:
                 result, new = await update_one(conn, path, options, serving=serving)

@@ -25,6 +25,7 @@ class SGLangApi:
     name = "sglang"
     expect_cache_auto = None  # decided from /server_info (radix cache, hybrid model)
     flush_note = "POST /flush_cache before each repeat"
+    bypasses_cache = False  # reuse is the server's setting (--disable-radix-cache)
 
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
         return "/generate", generate_body(input_ids, max_new_tokens, top_k)

@@ -115,3 +115,11 @@ def test_replay_options_validate_themselves(kwargs, message):
 def test_client_options_validate_themselves(kwargs, message):
     with pytest.raises(UsageError, match=message):
         ClientOptions(**kwargs)
+
+
+def test_a_reference_through_an_adapter_that_bypasses_the_cache_gets_no_radix_warning():
+    from replay.server.apis import get_api
+
+    assert session.reference_warnings({}, get_api("llamacpp", reference=True)) == []
+    assert session.reference_warnings({"disable_radix_cache": True}, get_api("sglang")) == []
+    assert "radix cache on" in session.reference_warnings({}, get_api("sglang"))[0]

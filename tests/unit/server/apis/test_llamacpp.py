@@ -70,6 +70,11 @@ def test_role_chooses_cache_prompt():
     assert get_api("llamacpp").request(np.array([1]), 1, 1)[1]["cache_prompt"] is True
 
 
+def test_a_reference_adapter_says_it_bypasses_the_cache():
+    assert get_api("llamacpp", reference=True).bypasses_cache is True
+    assert get_api("llamacpp").bypasses_cache is False
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_recorded_requests_are_what_the_adapter_sends(model):
     """The captures were made with the adapter's own bodies (so the recorded answers apply)."""
@@ -272,7 +277,7 @@ def test_server_and_model_info_from_recorded_answers(model):
     name, info, model_info = run_against(RecordedLlama(model), _infos)
     assert name == "llamacpp"  # /server_info is 404, /props answers
     assert info["total_slots"] == 2 and info["n_ctx"] == 4096
-    assert info["cache_prompt"] is True and info["disable_radix_cache"] is False
+    assert info["cache_prompt"] is True and "disable_radix_cache" not in info  # a trait, not a setting
     assert info["slot_actions"] is True and "erase" in LlamaCppApi.flush_note
     assert LlamaCppApi.expect_cache_auto == "none" and "expect_cache_auto" not in info
     assert model_info["model_path"] == f"{model}-f32.gguf"

@@ -20,8 +20,7 @@ from aiohttp import web
 from replay.server.apis import get_api
 from replay.server.apis.llamacpp import LlamaCppApi
 from replay.server.apis.openai import OpenAIApi
-from replay.server.transport import ServerClient
-from replay.server.connection import Connection
+from replay.server.connection import connect
 from replay.utils.errors import MalformedResponse
 from tests.support import paths
 
@@ -178,13 +177,11 @@ def test_classic_shape_malformed(tokens, values, tops, message):
 # ---------------------------------------------------------------- info and flush (recorded)
 
 async def _infos(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    api = OpenAIApi()
-    async with ServerClient(url) as client:
-        conn = Connection(client, api)
+    async with connect(url, api="openai") as conn:  # prepares the adapter (SupportsPrepare)
         info = await conn.server_info()
         model = await conn.model_info()
         await conn.flush_cache()
-        return info, model, api.request(np.array([1]), 1, 1)[1]
+        return info, model, conn.api.request(np.array([1]), 1, 1)[1]
 
 
 def test_info_from_recorded_v1_models():
@@ -210,4 +207,4 @@ def test_info_from_recorded_v1_models():
     assert "expect_cache_auto" not in info and OpenAIApi.flush_note.startswith("none")
     assert info["served_models"] == [json.loads(text)["data"][0]["id"]]
     assert model["model_path"] == "tiny-llama-ascii-f32.gguf" and model["vocab_size"] == VOCAB
-    assert body["model"] == json.loads(text)["data"][0]["id"]  # learned from /v1/models
+    assert body["model"] == json.loads(text)["data"][0]["id"]  # learned from /v1/models by connect
