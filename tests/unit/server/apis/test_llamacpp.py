@@ -25,6 +25,7 @@ from replay.server.connection import Connection
 from replay.utils.errors import MalformedResponse
 from tests.support.stub_server import StubServer
 from tests.support import paths
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 DATA = paths.DATA / "apis"
 INDEX = json.loads((DATA / "INDEX.json").read_text())
@@ -309,3 +310,22 @@ def test_detect_api_on_the_sglang_stub():
 
     with StubServer() as stub:
         assert asyncio.run(go(stub.url)) == "sglang"
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+def _llamacpp_captures(model: str) -> tuple[Capture, ...]:
+    served = tuple(f"{model}__{e}" for e in ("props", "v1_models", "server_info",
+                                             "slot_probe_enabled"))
+    return tuple(Capture(f"{model}__{a}", k, served) for a, k in (
+        ("completion_reference", 3), ("completion_cached_first", 3),
+        ("completion_cached_extend", 3), ("completion_top0", 0)))
+
+
+class TestLlamaCppConformance(AdapterConformance):
+    api_name = "llamacpp"
+    captures = _llamacpp_captures("tiny-llama-ascii") + _llamacpp_captures("tiny-jamba-ascii")
+    vocab_size = VOCAB
+
+    def sent(self, body: dict[str, Any]) -> tuple[np.ndarray, int, bool]:
+        return np.array(body["prompt"], np.int32), body["n_predict"], not body["cache_prompt"]

@@ -23,6 +23,7 @@ from replay.server.apis.openai import OpenAIApi
 from replay.server.connection import connect
 from replay.utils.errors import MalformedResponse
 from tests.support import paths
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 DATA = paths.DATA / "apis"
 INDEX = json.loads((DATA / "INDEX.json").read_text())
@@ -208,3 +209,17 @@ def test_info_from_recorded_v1_models():
     assert info["served_models"] == [json.loads(text)["data"][0]["id"]]
     assert model["model_path"] == "tiny-llama-ascii-f32.gguf" and model["vocab_size"] == VOCAB
     assert body["model"] == json.loads(text)["data"][0]["id"]  # learned from /v1/models by connect
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+class TestOpenAIConformance(AdapterConformance):
+    """Against llama.cpp's /v1/completions (the server the captures came from)."""
+
+    api_name = "openai"
+    captures = tuple(Capture(f"{m}__v1_completions", 3, (f"{m}__v1_models",)) for m in MODELS)
+    vocab_size = VOCAB
+    learned_keys = frozenset({"model"})  # the served model's id, learned by `prepare`
+
+    def sent(self, body: dict[str, Any]) -> tuple[np.ndarray, int, bool]:
+        return np.array(body["prompt"], np.int32), body["max_tokens"], "cache_prompt" in body
