@@ -153,26 +153,24 @@ REPLAY_FLAGS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def takes_replay_options(*, without: tuple[str, ...] = (),
-                         override: dict[str, Any] | None = None) -> Callable[[F], F]:
+def takes_replay_options(*, override: dict[str, Any] | None = None) -> Callable[[F], F]:
     """Give a command every replay option: its parameter `options` becomes one typer option per
-    field of REPLAY_FLAGS (in that place, in that order), and the command receives them back as
-    one `ReplayOptions` (checked on construction). `without` leaves fields out (they keep their
-    defaults); `override` replaces a field's `typer.Option` (e.g. another help text)."""
+    entry of REPLAY_FLAGS (in that place, in that order), and the command receives them back as
+    one `ReplayOptions` (checked on construction). `override` replaces a field's `typer.Option`
+    (another help text; the flag and the default stay those of REPLAY_FLAGS)."""
 
     def decorate(fn: F) -> F:
         signature = inspect.signature(fn)
-        names = [n for n in REPLAY_FLAGS if n not in without]
+        names = list(REPLAY_FLAGS)
         flags = {**{n: REPLAY_FLAGS[n][1] for n in names}, **(override or {})}
+        if "options" not in signature.parameters:
+            raise TypeError(f"{fn.__name__} has no `options` parameter to expand")
+        expanded = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                      default=flags[n], annotation=REPLAY_FLAGS[n][0])
+                    for n in names]
         params: list[inspect.Parameter] = []
         for p in signature.parameters.values():
-            if p.name != "options":
-                params.append(p)
-                continue
-            params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=flags[n],
-                                         annotation=REPLAY_FLAGS[n][0]) for n in names]
-        if len(params) == len(signature.parameters):
-            raise TypeError(f"{fn.__name__} has no `options` parameter to expand")
+            params += expanded if p.name == "options" else [p]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -180,8 +178,8 @@ def takes_replay_options(*, without: tuple[str, ...] = (),
             return fn(*args, **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != "options"},
-                                   **{n: REPLAY_FLAGS[n][0] for n in names}}
+        kept = {k: v for k, v in fn.__annotations__.items() if k != "options"}
+        wrapper.__annotations__ = {**kept, **{n: REPLAY_FLAGS[n][0] for n in names}}
         return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -102,7 +102,8 @@ class Failure:
 class MinimizeSettings:
     """Everything that shapes the search besides the golden and the server."""
 
-    options: ReplayOptions = ReplayOptions()  # every replay option; the starting schedule and the repeats per judgement
+    # Every replay option; its schedule and repeats are the search's start (repeats per judgement).
+    options: ReplayOptions = ReplayOptions()
     client: ClientOptions = ClientOptions()  # the starting concurrency
     api: str = "auto"
     failure: str | None = None  # a class of FAILURE_CLASSES; None: the start's most frequent

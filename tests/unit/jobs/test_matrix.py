@@ -132,7 +132,8 @@ def test_shard_replays_only_its_groups(setup, tmp_path):
 
 def test_unreadable_golden_is_an_error_for_every_profile_without_launching(setup, tmp_path):
     _, _, profiles = setup
-    targets = [ServerTarget(profile=profiles[n], log_dir=tmp_path / "logs") for n in ("good", "drift")]
+    targets = [ServerTarget(profile=profiles[n], log_dir=tmp_path / "logs")
+               for n in ("good", "drift")]
     doc = run_matrix(tmp_path / "missing.zarr", targets, ReplayOptions(), ClientOptions())
     assert doc["verdict"] == "error"
     assert all(r["verdict"] == "error" for r in doc["matrix"]["reports"].values())

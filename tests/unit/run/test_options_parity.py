@@ -43,7 +43,7 @@ def test_replay_options_are_keyword_only():
 
 @pytest.mark.parametrize("name", FIELDS)
 def test_every_field_has_one_cli_declaration_with_its_flag_and_default(name):
-    assert name in REPLAY_FLAGS, f"declare --{name.replace('_', '-')} in cli/options.py REPLAY_FLAGS"
+    assert name in REPLAY_FLAGS, f"declare {option_flag(name)} in cli/options.py REPLAY_FLAGS"
     _, option = REPLAY_FLAGS[name]
     assert option.param_decls[0] == option_flag(name)
     default = getattr(ReplayOptions(), name)
@@ -55,10 +55,12 @@ def test_the_cli_declares_no_replay_option_that_is_not_a_field():
 
 
 @pytest.mark.parametrize("command", REPLAYING_COMMANDS)
-def test_every_replaying_command_offers_every_option(command):
+def test_every_replaying_command_offers_every_option_with_its_default(command):
     click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    offered = {opt for p in click_command.params for opt in p.opts}
-    assert {option_flag(n) for n in FIELDS} <= offered
+    defaults = {opt: p.default for p in click_command.params for opt in p.opts}
+    for name in FIELDS:
+        default = getattr(ReplayOptions(), name)
+        assert defaults[option_flag(name)] == (str(default) if name == "policy" else default)
 
 
 def test_replay_argv_parsed_by_the_cli_gives_the_same_options():

@@ -113,8 +113,9 @@ class AdapterConformance:
               vocab_size: int | None = -1) -> Completion:
         _, sent_n, reference = self.sent(capture.request)
         return self.adapter(reference=reference).parse(
-            capture.obj if obj is None else obj, REQUEST_ID, max_new_tokens=sent_n if n is None else n,
-            top_k=capture.top_k, vocab_size=self.vocab_size if vocab_size == -1 else vocab_size)
+            capture.obj if obj is None else obj, REQUEST_ID,
+            max_new_tokens=sent_n if n is None else n, top_k=capture.top_k,
+            vocab_size=self.vocab_size if vocab_size == -1 else vocab_size)
 
     # ------------------------------------------------------------------ the protocol and traits
 

@@ -278,7 +278,8 @@ def test_server_and_model_info_from_recorded_answers(model):
     name, info, model_info = run_against(RecordedLlama(model), _infos)
     assert name == "llamacpp"  # /server_info is 404, /props answers
     assert info["total_slots"] == 2 and info["n_ctx"] == 4096
-    assert info["cache_prompt"] is True and "disable_radix_cache" not in info  # a trait, not a setting
+    assert info["cache_prompt"] is True
+    assert "disable_radix_cache" not in info  # the adapter's choice is a trait, not a setting
     assert info["slot_actions"] is True and "erase" in LlamaCppApi.flush_note
     assert LlamaCppApi.expect_cache_auto == "none" and "expect_cache_auto" not in info
     assert model_info["model_path"] == f"{model}-f32.gguf"

@@ -238,7 +238,7 @@ class TestSGLangConformance(AdapterConformance):
     api_name = "sglang"
     captures = tuple(Capture(f"{SGLANG_CAPTURED}__{a}", k, SGLANG_SERVED) for a, k in (
         ("generate_first", 3), ("generate_cached_extend", 3), ("generate_top0", 0)))
-    vocab_size = None  # the server states none (its /model_info and /server_info have no vocab_size)
+    vocab_size = None  # the server states none (no vocab_size in /model_info or /server_info)
 
     def sent(self, body):
         return (np.array(body["input_ids"], np.int32), body["sampling_params"]["max_new_tokens"],
