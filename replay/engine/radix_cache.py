@@ -138,6 +138,7 @@ class RadixCache:
                 break
             path.append(child)
             node = child
+        path += self._found_in_storage(node, tokens, len(path), max(longest, 0) // p)
         if self.hybrid:
             while path and not self._has_checkpoint(path[-1]):
                 path.pop()
@@ -145,6 +146,24 @@ class RadixCache:
         if match.last is not None:
             self.lock(match.last)
         return match
+
+    def _found_in_storage(self, node: Node, tokens: list[int], start: int, stop: int) -> list[Node]:
+        """Pages past the tree's match that the storage tier holds under their chain hash (stored
+        by this engine and forgotten, or by another engine sharing the directory): adopted into
+        the tree as storage-only nodes, as SGLang's L3 prefetch does."""
+        if self.storage is None:
+            return []
+        p, found = self.page_size, []
+        for i in range(start, stop):
+            key = tuple(tokens[i * p:(i + 1) * p])
+            digest = _chain_hash(node.hash, key)
+            if not self.storage.has(digest):
+                break
+            child = Node(key, node, node.end + p, digest, stored=True)
+            node.children[key] = child
+            found.append(child)
+            node = child
+        return found
 
     def can_fit(self, match: Match, extra_pages: int) -> bool:
         """Whether loading the match and allocating `extra_pages` more can succeed now."""

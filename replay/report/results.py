@@ -27,6 +27,8 @@ class RequestOutcome:
     top: dict[str, Any] | None = None  # top-k of both sides at the first divergence
     num_retractions: int = 0  # times the server retracted this request (meta_info)
     retraction_lag: int = 0  # checkpoint lag allowed because its parent was retracted
+    worker: int | None = None  # behind a router: the worker that served it (replay/jobs/routing.py)
+    routing_note: str | None = None  # a shortfall the routing explains (not a cache bug)
 
     @property
     def status(self) -> str:
@@ -54,6 +56,7 @@ class ReplayResult:
     server_meta: dict[str, Any] = field(default_factory=dict)
     storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
     numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
+    routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
