@@ -110,9 +110,10 @@ class RadixCache:
         self.write_policy = write_policy
         self.faults = faults
         self.stats = CacheStats()
-        self.reset()
+        # a shared storage directory keeps what other engines wrote until a flush asks
+        self.reset(clear_storage=storage is None or not storage.shared)
 
-    def reset(self) -> None:
+    def reset(self, clear_storage: bool = True) -> None:
         """Forget everything, device pool included (only valid while no request holds pages)."""
         self.root = Node(key=(), parent=None, end=0, hash="")
         self._device: set[Node] = set()
@@ -121,7 +122,7 @@ class RadixCache:
         self.pool.allocator.reset()
         if self.host is not None:
             self.host.reset()
-        if self.storage is not None:
+        if self.storage is not None and clear_storage:
             self.storage.clear()
 
     # -- lookup --------------------------------------------------------------------------------
@@ -313,6 +314,12 @@ class RadixCache:
             if node.ssm is not None:
                 self.host.save_ssm(slot, node.ssm)
         self.stats.host_backups += len(nodes)
+        if self.storage is not None and self.storage.shared:  # write through to a shared L3
+            for node, slot in zip(nodes, slots):
+                if not node.stored:
+                    self.storage.save(node.hash, self.host.read([slot])[0], self.host.ssm(slot))
+                    node.stored = True
+                    self.stats.storage_writes += 1
 
     def _host_alloc(self, n: int) -> list[int]:
         short = n - self.host.available

@@ -6,7 +6,9 @@ checkpoint, if any, goes beside it. Capacity is unbounded; /flush_cache empties 
 
 A directory given by the user (`--storage-dir`) may be shared by several engines (the workers of
 a topology behind a router, docs/topologies.md): files are written atomically (a reader never sees
-a torn page, the KV file last so its presence means the page is whole), a worker finds pages
+a torn page, the KV file last so its presence means the page is whole), every page backed up to
+host is written through to storage at once (so a worker finds its sibling's prefix as soon as
+that request finished, as a write-through L3 backend offers it), a worker finds pages
 another worker stored (`RadixCache` looks prefixes up by hash, as SGLang's L3 prefetch does), and
 eviction never deletes a shared file another worker may be about to read.
 """
@@ -24,10 +26,16 @@ SSMArrays = list[tuple[np.ndarray, np.ndarray]]
 
 
 class FileStorage:
-    def __init__(self, directory: str | None) -> None:
+    def __init__(self, directory: str | None, *, shared: bool = False) -> None:
         self._owned = directory is None  # a private temp dir is removed on close
+        self._shared = shared and directory is not None
         self.root = Path(directory or tempfile.mkdtemp(prefix="golden-engine-storage-"))
         self.root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def shared(self) -> bool:
+        """A directory given with `--storage-dir`: other engines may read and write it."""
+        return self._shared
 
     def _path(self, key: str, part: str) -> Path:
         return self.root / f"{key}.{part}.npy"
@@ -59,7 +67,7 @@ class FileStorage:
         return list(zip(conv, h))
 
     def delete(self, key: str) -> None:
-        if not self._owned:  # shared: another engine may hold this page in its tree
+        if self._shared:  # another engine may hold this page in its tree
             return
         for part in ("kv", "conv", "h"):
             self._path(key, part).unlink(missing_ok=True)

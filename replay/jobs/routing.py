@@ -41,6 +41,7 @@ def apply_routing(result: ReplayResult, golden: Golden, topology: Topology) -> N
                               f"{parent_worker}: the prefix was on another worker (a miss the "
                               f"routing caused, not a cache bug; was: {o.cache_problem})")
             o.cache_problem = None
+    result.siblings_share_storage = topology.profile.shared_storage
     result.routing = routing_summary(result.outcomes, topology, attributed=len(served))
 
 
