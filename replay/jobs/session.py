@@ -76,7 +76,15 @@ class ServerTarget:
         """A context yielding the URL: the given one, or a launched server's (always stopped;
         `api_key` goes with its warm-up request, for a server started with one)."""
         from replay.server.launch import server_for  # subprocess machinery only when launching
+        from replay.server.topology import is_topology, launched_topology, load_topology
 
+        if self.profile is not None and is_topology(self.profile):  # workers behind a router
+            if self.attention_backend:
+                raise UsageError("--attention-backend does not apply to a topology")
+            return launched_topology(load_topology(self.profile), model=self.model,
+                                     log_dir=self.log_dir, fault=self.fault,
+                                     extra_args=self.extra_args, notify=self.notify,
+                                     api_key=api_key)
         return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
                           extra_args=self.extra_args, attention_backend=self.attention_backend,
                           notify=self.notify, api_key=api_key)

@@ -310,14 +310,6 @@ def server_for(server: str | None, launch: str | None, model: str | None, log_di
             raise UsageError("--fault, --server-arg and --attention-backend apply only with --launch")
         return contextlib.nullcontext(server)
     assert launch is not None
-    from replay.server import topology  # a topology: workers behind SGLang's router
-
-    if topology.is_topology(launch):
-        if attention_backend:
-            raise UsageError("--attention-backend does not apply to a topology")
-        return topology.launched_topology(topology.load_topology(launch), model=model,
-                                          log_dir=Path(log_dir), fault=fault,
-                                          extra_args=extra_args, notify=notify, api_key=api_key)
     profile = load_profile(launch)
     check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
     return launched(profile, model=model, log_path=Path(log_dir) / f"{profile.name}.log",

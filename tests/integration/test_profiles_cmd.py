@@ -71,6 +71,6 @@ def test_show_an_unknown_profile():
 
 
 def test_profiles_lists_the_router_topologies_with_their_policy():
-    res = runner.invoke(app, ["profiles"])
+    res = runner.invoke(app, [])
     assert res.exit_code == 0
     assert "router-cache-aware" in res.output and "round_robin" in res.output
