@@ -82,6 +82,7 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
             total = len(loaded.requests) * options.repeat
             with _progress(progress, f"replay {Path(name).name}", total) as tick:
                 result = aio.run(_replay(url, loaded, name, options, client, api, tick))
+            routed(result, loaded, url)
         compared_nothing(result)
     except GoldenError as exc:
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
@@ -92,6 +93,17 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
                            error=scrub(unexpected(exc), secrets))
     return report_dict(result, golden=name, server=server, policy=str(options.policy))
+
+
+def routed(result: Any, golden: Golden, url: str) -> None:
+    """Through a launched topology (workers behind SGLang's router): who served each request,
+    and which misses the routing caused (replay/jobs/routing.py)."""
+    from replay.server.topology import RoutedURL
+
+    if isinstance(url, RoutedURL):
+        from replay.jobs.routing import apply_routing
+
+        apply_routing(result, golden, url.topology)
 
 
 def unexpected(exc: BaseException) -> str:

@@ -70,8 +70,16 @@ class ServerTarget:
         `api_key` goes with its warm-up request, for a server started with one)."""
         if self.url is not None:
             return contextlib.nullcontext(self.url)
-        from replay.server import launch  # subprocess machinery only when launching
+        from replay.server import launch, topology  # subprocess machinery only when launching
 
+        assert self.profile is not None
+        if topology.is_topology(self.profile):  # workers behind SGLang's router
+            if self.attention_backend:
+                raise UsageError("--attention-backend does not apply to a topology")
+            return topology.launched_topology(
+                topology.load_topology(self.profile), model=self.model, log_dir=self.log_dir,
+                fault=self.fault, extra_args=self.extra_args, notify=self.notify,
+                api_key=api_key)
         profile = self.launch_profile()
         return launch.launched(profile, model=self.model, log_path=self.log_path(profile),
                                fault=self.fault, extra_args=self.extra_args,
