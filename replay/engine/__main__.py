@@ -1,6 +1,6 @@
 """`python -m replay.engine --profile P [--host H] [--port N] [--fault F] [--device D] [--model M]
-[--seed S] [--max-total-tokens N] [--retract-interval N] [--jitter-seed S]`: serve the embedded engine until SIGINT or
-SIGTERM."""
+[--seed S] [--storage-dir DIR] [--max-total-tokens N] [--retract-interval N] [--jitter-seed S]`:
+serve the embedded engine until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="torch device for the model and KV pool (default cpu)")
     parser.add_argument("--model", help="model config name (default tiny)")
     parser.add_argument("--seed", type=int, help="weight seed (default 0)")
+    parser.add_argument("--storage-dir",
+                        help="the storage tier's directory (profiles with one); engines given the "
+                             "same directory share it, as workers behind a router do (default: "
+                             "a private temp dir)")
     parser.add_argument("--max-total-tokens", type=int,
                         help="device KV pool in tokens (default: the profile's)")
     parser.add_argument("--retract-interval", type=int,
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
                                   device=args.device, model=args.model, seed=args.seed,
+                                  hicache_storage_dir=args.storage_dir,
                                   max_total_tokens=args.max_total_tokens,
                                   test_retract_interval=args.retract_interval,
                                   schedule_jitter_seed=args.jitter_seed)

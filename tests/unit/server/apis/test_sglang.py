@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from replay.utils.errors import MalformedResponse
 from replay.server.apis.sglang import generate_body, parse_completion, parse_text
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 
 def response(n=3, k=2):
@@ -251,3 +252,22 @@ def test_prompt_logprobs_that_break_the_protocol_are_refused(entries):
     text = json.dumps({"meta_info": {"input_token_logprobs": entries}})
     with pytest.raises(MalformedResponse):
         parse_prompt_logprobs(text, "r", np.array([7, 8, 9, 10]), 1)
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+SGLANG_CAPTURED = "embedded-sglang-radix"  # SGLang 0.5.23's own front end over the embedded engine
+SGLANG_SERVED = tuple(f"{SGLANG_CAPTURED}__{e}" for e in ("server_info", "model_info"))
+
+
+class TestSGLangConformance(AdapterConformance):
+    """Answers captured by scripts/capture_sglang_answers.py."""
+
+    api_name = "sglang"
+    captures = tuple(Capture(f"{SGLANG_CAPTURED}__{a}", k, SGLANG_SERVED) for a, k in (
+        ("generate_first", 3), ("generate_cached_extend", 3), ("generate_top0", 0)))
+    vocab_size = None  # the server states none (no vocab_size in /model_info or /server_info)
+
+    def sent(self, body):
+        return (np.array(body["input_ids"], np.int32), body["sampling_params"]["max_new_tokens"],
+                False)
