@@ -135,8 +135,8 @@ PRESETS: dict[str, ScenarioSpec] = {
         name="hicache-branching", groups=3, branches=3, prefix_len=512, suffix_len=64,
         turns=2, turn_suffix_len=32, max_new_tokens=160,
     ),
-    # Detection per server token (docs/faults.md): every injected fault class at under a fifth
-    # of hicache-branching's server tokens. 3 groups x 2 branches x 2 turns; turn 0's 100 new
+    # Detection per server token (docs/faults.md): every injected fault class at 18% of the
+    # server tokens hicache-branching sends (39% of those it computes; docs/benchmarks.md). 3 groups x 2 branches x 2 turns; turn 0's 100 new
     # tokens cross the 256 track boundary during decode and end its pages at 320, off a
     # boundary (which largest-group-hit and checkpoint-on-shorter-key need); group 0's requests carry cache keys
     # of their own (salted), group 2's ask for prompt logprobs, group 1 is plain. Replayed on a
