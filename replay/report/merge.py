@@ -30,7 +30,7 @@ from replay.report.document import SCHEMA
 from replay.utils.errors import UsageError
 
 VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
-IDENTICAL, CACHE_MISS = "identical", "cache_miss"
+IDENTICAL, CACHE_MISS, PROMPT_LOGPROB_DRIFT = "identical", "cache_miss", "prompt_logprob_drift"
 # What shards of one replay must share, beyond the golden: (report field, what it is called).
 SAME_SETUP = (("policy", "policies"), ("repeat", "repeat counts"),
               ("expect_cache_asked", "cache expectations"), ("require_tier", "tier expectations"),
@@ -274,14 +274,17 @@ def _summary(requests: list[dict[str, Any]], repeat: Any,
            if isinstance(r.get("mean_kl"), (int, float)) and np.isfinite(r["mean_kl"])]
     hits = Counter(_count(r.get("cached_tokens")) for r in requests)
     max_ulp = max((_ulp(r.get("max_ulp")) for r in requests), default=0.0)
+    prompts = [r["prompt_logprobs"] for r in requests if isinstance(r.get("prompt_logprobs"), dict)]
     return {
         "requests": len({r["id"] for r in requests}),
         "repeats": _count(repeat) or 1,
         "repeats_failed": len(failed),
         "failed_repeat_indices": failed,
         "tokens_compared": sum(_count(r.get("tokens_compared")) for r in requests),
-        "requests_diverged": sum(1 for r in requests
-                                 if r.get("status") not in (IDENTICAL, CACHE_MISS)),
+        "prompt_logprobs_compared": sum(_count(p.get("compared")) for p in prompts),
+        "prompt_logprob_drifts": sum(1 for p in prompts if not p.get("identical")),
+        "requests_diverged": sum(1 for r in requests if r.get("status") not in
+                                 (IDENTICAL, CACHE_MISS, PROMPT_LOGPROB_DRIFT)),
         "requests_failed": sum(1 for r in requests if not r["passed"]),
         "cache_misses": sum(1 for r in requests if r.get("cache_problem")),
         "retracted_requests": sum(1 for r in requests if _count(r.get("num_retractions"))),

@@ -181,7 +181,7 @@ def test_an_engine_finds_the_pages_another_engine_wrote_to_a_shared_storage_dire
     original = writer.pool.read_pages(pages).clone()
     reader = make_cache(pages=8, host_pages=8, storage=FileStorage(str(tmp_path), shared=True))
     match = reader.match(seq(0, 16) + [1])
-    cached, _ = reader.load(match)
+    cached, _, _ = reader.load(match)
     assert (cached.device, cached.host, cached.storage) == (0, 0, 16)
     assert torch.equal(reader.pool.read_pages([n.page for n in match.nodes]), original)
 

@@ -120,7 +120,8 @@ def test_stale_prompt_logprob_buffer_serves_reused_positions_from_the_previous_r
 
 
 def _host_hit_beside(other_at_once: bool) -> dict[str, Sequence]:
-    """A; then E, long and cold, evicts A's deepest pages to host; then X (short, cold) and B
+    """A; then E, long and cold, evicts A's deepest pages to host; then X (cold, 20 decode steps:
+    still running whenever B arrives) and B
     (hits A, partly from host): submitted together, or X first and B after it finished."""
     p = prompts()
     engine = LLMEngine(replace(HICACHE, fault="host-load-race", max_total_tokens=64), model())
@@ -128,8 +129,8 @@ def _host_hit_beside(other_at_once: bool) -> dict[str, Sequence]:
         seqs = generate_all(engine, {"A": (p["A"], NEW_A)})
         seqs |= generate_all(engine, {"E": (draw(7, 40), NEW_A)})
         if other_at_once:
-            return seqs | generate_all(engine, {"X": (draw(8, 3), 2), "B": (p["B"], NEW_B)})
-        seqs |= generate_all(engine, {"X": (draw(8, 3), 2)})
+            return seqs | generate_all(engine, {"X": (draw(8, 3), 20), "B": (p["B"], NEW_B)})
+        seqs |= generate_all(engine, {"X": (draw(8, 3), 20)})
         return seqs | generate_all(engine, {"B": (p["B"], NEW_B)})
     finally:
         engine.close()
