@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ContextManager
 
@@ -26,7 +26,7 @@ from replay.judge.cache_check import server_flag
 from replay.server.transport import ClientOptions
 from replay.server.connection import Connection, connect
 from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
-from replay.golden.fingerprint import model_identity, redact_url
+from replay.golden.fingerprint import golden_digest, model_identity, redact_url
 from replay.golden.model import Golden
 from replay.golden.meaning import check_meaning
 from replay.golden.store import read_golden, write_golden
@@ -42,6 +42,7 @@ Tick = Callable[[str], None]
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
 DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
+CONTENT_SHA256 = "content_sha256"  # golden_meta key: golden_digest of the whole golden
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,12 @@ class ServerTarget:
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
-    """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded."""
+    """The golden to replay, its meaning checked (replay/golden/meaning.py), its content digest
+    in its metadata (`content_sha256`, what the results history keys runs by), then sharded."""
     loaded = read_golden(golden) if isinstance(golden, Path) else golden
     check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
+    if CONTENT_SHA256 not in loaded.meta:  # of the whole golden, so every shard names it alike
+        loaded = replace(loaded, meta={**loaded.meta, CONTENT_SHA256: golden_digest(loaded)})
     return shard_golden(loaded, shard) if shard else loaded
 
 

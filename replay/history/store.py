@@ -1,0 +1,160 @@
+"""The history store: add runs (each report in one transaction, all or nothing), list them,
+and read one golden's runs and outcomes for the queries (replay/history/queries.py).
+
+    with HistoryStore.open("history.sqlite") as store:
+        store.add(records(doc))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from replay.history.database import HistoryError, first_line, open_engine, safe_url, writer
+from replay.history.ingest import RunRecord
+from replay.history.schema import outcomes, runs
+
+RUN_COLUMNS = ("id", "golden_key", "golden_name", "verdict", "error", "run_at", "server",
+               "server_version", "api", "model", "flags_sha256", "numerics_sha256", "policy",
+               "shard", "merged", "requests", "requests_failed", "repeats", "tokens_compared")
+
+
+@dataclass(frozen=True)
+class Added:
+    """What one `add` did: new runs, and reports the history already held."""
+
+    added: int
+    duplicates: int
+
+
+@dataclass(frozen=True)
+class GoldenSelector:
+    """Which golden `show` and `page` mean: a content-digest prefix, or the name reports give
+    it (its path, or only the last part of the path), or a golden directory's own digest."""
+
+    text: str
+    digest: str | None = None  # from a golden directory that was given
+
+    def matches(self, golden_key: str, golden_name: str) -> bool:
+        t = self.text.strip().rstrip("/")
+        if self.digest and golden_key == self.digest:
+            return True
+        if len(t) >= 8 and golden_key.split(":")[-1].startswith(t.lower()):
+            return True
+        name = golden_name.rstrip("/")
+        return bool(t) and (name == t or name.rsplit("/", 1)[-1] == t.rsplit("/", 1)[-1])
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class HistoryStore:
+    def __init__(self, engine: Any, where: str) -> None:
+        self.engine = engine
+        self.where = safe_url(where)
+
+    @classmethod
+    def open(cls, where: str) -> "HistoryStore":
+        return cls(open_engine(where), where)
+
+    def __enter__(self) -> "HistoryStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def add(self, batch: Sequence[RunRecord]) -> Added:
+        """Add every run in one transaction: all of them or (on any failure) none. A run whose
+        report the history holds already is skipped (also when another process adds the same
+        report at the same moment)."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        added = 0
+        try:
+            with writer(self.engine).begin() as conn:
+                for record in batch:
+                    added += self._insert(conn, record)
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history {self.where}: nothing added: {first_line(exc)}") from None
+        return Added(added=added, duplicates=len(batch) - added)
+
+    def _insert(self, conn: Any, record: RunRecord) -> int:
+        row = {k: v for k, v in asdict(record).items() if k != "outcomes"}
+        row["added_at"] = now_utc()
+        row["run_at"] = record.run_at or row["added_at"]
+        insert = _dialect_insert(conn)(runs).values(**row)
+        insert = insert.on_conflict_do_nothing(index_elements=["report_sha256"])
+        run_id = conn.execute(insert.returning(runs.c.id)).scalar()
+        if run_id is None:
+            return 0  # the same report is here already
+        if record.outcomes:
+            conn.execute(outcomes.insert(),
+                         [{"run_id": run_id, **asdict(o)} for o in record.outcomes])
+        return 1
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def list_runs(self, *, limit: int | None = None,
+                  golden: GoldenSelector | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first (as dicts of RUN_COLUMNS)."""
+        from sqlalchemy import select
+
+        query = select(*(runs.c[name] for name in RUN_COLUMNS)).order_by(
+            runs.c.run_at.desc(), runs.c.id.desc())
+        if golden is None and limit is not None:
+            query = query.limit(limit)
+        rows = [dict(r._mapping) for r in self._rows(query)]
+        if golden is not None:
+            rows = [r for r in rows if golden.matches(r["golden_key"], r["golden_name"])]
+            rows = rows[:limit] if limit is not None else rows
+        return rows
+
+    def golden_runs(self, golden: GoldenSelector) -> list[dict[str, Any]]:
+        """The runs of one golden, oldest first."""
+        return list(reversed(self.list_runs(golden=golden)))
+
+    def outcomes_of(self, run_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Every outcome of these runs, in run then report order."""
+        from sqlalchemy import select
+
+        found: list[dict[str, Any]] = []
+        ids = list(run_ids)
+        for start in range(0, len(ids), 500):  # bounded IN lists
+            chunk = ids[start:start + 500]
+            query = select(outcomes).where(outcomes.c.run_id.in_(chunk))
+            found += [dict(r._mapping) for r in self._rows(query)]
+        found.sort(key=lambda o: (o["run_id"], o["position"]))
+        return found
+
+    def counts(self) -> tuple[int, int]:
+        """(runs, outcomes) held."""
+        from sqlalchemy import func, select
+
+        with self.engine.connect() as conn:
+            return (int(conn.execute(select(func.count()).select_from(runs)).scalar_one()),
+                    int(conn.execute(select(func.count()).select_from(outcomes)).scalar_one()))
+
+    def _rows(self, query: Any) -> Iterator[Any]:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.connect() as conn:
+                yield from conn.execute(query).all()
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history {self.where}: {first_line(exc)}") from None
+
+
+def _dialect_insert(conn: Any) -> Any:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
