@@ -36,11 +36,14 @@ class GoldenSelector:
 
     text: str
     digest: str | None = None  # from a golden directory that was given
+    exact: bool = False  # only the runs keyed by `digest` (the page's one section per golden)
 
     def matches(self, golden_key: str, golden_name: str) -> bool:
         t = self.text.strip().rstrip("/")
         if self.digest and golden_key == self.digest:
             return True
+        if self.exact:
+            return False
         if len(t) >= 8 and golden_key.split(":")[-1].startswith(t.lower()):
             return True
         name = golden_name.rstrip("/")
