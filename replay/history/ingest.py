@@ -232,6 +232,8 @@ def _shard(golden_meta: dict[str, Any]) -> str | None:
 def _record(doc: dict[str, Any]) -> RunRecord:
     try:
         digest = sha256(canonical(doc))
+    except UnicodeEncodeError:
+        raise _Bad("it holds a lone surrogate (text that is not UTF-8)") from None
     except (TypeError, ValueError) as exc:  # NaN literals, say
         raise _Bad(f"it cannot be written as strict JSON ({exc})") from None
     verdict = doc.get("verdict")

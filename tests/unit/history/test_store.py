@@ -101,18 +101,18 @@ with HistoryStore.open(sys.argv[1]) as store:
 
 
 def test_concurrent_writers_lose_nothing(history_url, tmp_path):
-    """Six processes add at once, into a history none of them has created yet: each its own
+    """Four processes add at once, into a history none of them has created yet: each its own
     five reports and one report they all share. Every run arrives, the shared one once."""
     shared = write(run_report(hour=999), tmp_path / "shared.json")
     procs = []
-    for w in range(6):
+    for w in range(4):
         mine = [write(run_report(hour=w * 10 + i), tmp_path / f"w{w}-{i}.json") for i in range(5)]
         procs.append(subprocess.Popen([sys.executable, "-c", ADDER, history_url, str(shared),
                                        *map(str, mine)], cwd=paths.REPO,
                                       stderr=subprocess.PIPE, text=True))
     errors = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 6, errors
-    assert counts(history_url) == (31, 31 * 27)
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    assert counts(history_url) == (21, 21 * 27)
 
 
 def test_the_migrated_database_is_the_schema(history_url):
