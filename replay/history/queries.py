@@ -167,13 +167,15 @@ def coverage(outcomes: list[dict[str, Any]], by_run: dict[int, dict[str, Any]]) 
             lengths[o["cached_tokens"]] += 1
             per_version[version]["hit_lengths"][o["cached_tokens"]] += 1
         for tier, tokens in (json.loads(o["tiers"]) if o["tiers"] else {}).items():
+            if not tokens:
+                continue  # a tier that served nothing is not covered
             tiers[tier] += tokens
             per_version[version]["tiers"][tier] += tokens
     ordered = sorted(per_version, key=version_key)
     changes = []
     for a, b in zip(ordered, ordered[1:]):
         la, lb = set(per_version[a]["hit_lengths"]), set(per_version[b]["hit_lengths"])
-        ta, tb = {t for t, n in per_version[a]["tiers"].items() if n}, {t for t, n in per_version[b]["tiers"].items() if n}
+        ta, tb = set(per_version[a]["tiers"]), set(per_version[b]["tiers"])
         if la != lb or ta != tb:
             changes.append({"from": a, "to": b, "hit_lengths_gained": sorted(lb - la),
                             "hit_lengths_lost": sorted(la - lb), "tiers_gained": sorted(tb - ta),
