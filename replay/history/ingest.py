@@ -277,7 +277,7 @@ def _record(doc: dict[str, Any]) -> RunRecord:
         numerics_sha256=sha256(numerics_text), numerics=numerics_text,
         policy=_text(doc.get("policy"), "policy", 200),
         expect_cache=_text(doc.get("expect_cache"), "expect_cache", 200),
-        shard=_shard(golden_meta),
+        shard=None if "merged_from" in doc else _shard(golden_meta),  # a merge keeps shard 1's meta
         merged="merged_from" in doc,
         requests=len({o.request_id for o in outcomes}),
         requests_failed=len(failed),
