@@ -29,6 +29,19 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 
+# Debian's PostgreSQL server for the results history's tests (tests/support/postgres.py starts a
+# throw-away one per session, as `nobody` when root; they skip, saying why, without it).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        # only the programs: no cluster of its own is created (nor a service started)
+        mkdir -p /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    else
+        echo "note: postgresql is not installed and this is not root: PostgreSQL tests will skip" >&2
+    fi
+fi
+
 # llama.cpp's llama-server and tiny GGUF models for tests/test_llamacpp_*.py (they skip, naming
 # the script, without them). Cached in ${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}.
 # First build: about 26 CPU-minutes (51 min wall on 2 busy cores), then 0.2 s; models 41 s, then

@@ -11,6 +11,8 @@
   most unstable first;
 - `coverage`: the cache-hit lengths and the tiers the runs exercised, overall and per version.
 Error runs appear in the timeline and the counts but judge no request (they compared nothing).
+The per-request figures are aggregated by the database (GROUP BY, and a window for the flips),
+so `show` stays interactive over 10,000 runs (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
+from replay.history.schema import outcomes
+from replay.history.schema import runs as runs_table
 from replay.history.store import GoldenSelector, HistoryStore
 from replay.utils.errors import UsageError
 
@@ -56,10 +60,8 @@ def golden_history(store: HistoryStore, selector: GoldenSelector) -> dict[str, A
     runs = store.golden_runs(selector)
     if not runs:
         raise UsageError(f"the history {store.where} has no run of {selector.text!r}")
-    judged = [r for r in runs if r["verdict"] != "error"]
-    outcomes = store.outcomes_of([r["id"] for r in judged])
-    by_run = {r["id"]: r for r in runs}
-    versions = _versions(runs, flaky_by_version(outcomes, by_run))
+    judged = _judged(selector)
+    versions = _versions(runs, flaky_by_version(store, judged))
     return {
         "schema": SCHEMA,
         "golden": selector.text,
@@ -70,18 +72,44 @@ def golden_history(store: HistoryStore, selector: GoldenSelector) -> dict[str, A
         "timeline": [run_summary(r) for r in runs],
         "versions": versions,
         "bisect": bisect(versions),
-        "requests": request_stability(outcomes, by_run),
-        "coverage": coverage(outcomes, by_run),
+        "requests": request_stability(store, judged),
+        "coverage": coverage(store, judged),
     }
 
 
-def flaky_by_version(outcomes: list[dict[str, Any]],
-                     by_run: dict[int, dict[str, Any]]) -> dict[str, tuple[int, int]]:
+def _judged(selector: GoldenSelector) -> Any:
+    """The golden's runs that reached a verdict, as a subquery (error runs judged nothing)."""
+    from sqlalchemy import select
+
+    return (select(runs_table.c.id, runs_table.c.run_at, runs_table.c.server_version,
+                   runs_table.c.flags_sha256)
+            .where(selector.where(), runs_table.c.verdict != "error").subquery("judged"))
+
+
+def _passed() -> Any:
+    from sqlalchemy import case
+
+    return case((outcomes.c.passed, 1), else_=0)
+
+
+def _mixed(passes: Any, n: Any) -> Any:
+    """1 where a group both passed and failed."""
+    from sqlalchemy import case
+
+    return case(((passes > 0) & (passes < n), 1), else_=0)
+
+
+def flaky_by_version(store: HistoryStore, judged: Any) -> dict[str, tuple[int, int]]:
     """Per server version: (requests that both passed and failed there, requests observed)."""
-    seen: dict[str, dict[str, set[bool]]] = defaultdict(lambda: defaultdict(set))
-    for o in outcomes:
-        seen[by_run[o["run_id"]]["server_version"]][o["request_id"]].add(bool(o["passed"]))
-    return {v: (sum(1 for s in reqs.values() if len(s) == 2), len(reqs)) for v, reqs in seen.items()}
+    from sqlalchemy import func, select
+
+    per = (select(judged.c.server_version.label("version"), outcomes.c.request_id,
+                  func.count().label("n"), func.sum(_passed()).label("passes"))
+           .join(outcomes, outcomes.c.run_id == judged.c.id)
+           .group_by(judged.c.server_version, outcomes.c.request_id).subquery())
+    query = (select(per.c.version, func.sum(_mixed(per.c.passes, per.c.n)).label("flaky"),
+                    func.count().label("requests")).group_by(per.c.version))
+    return {r["version"]: (int(r["flaky"] or 0), int(r["requests"])) for r in store.rows(query)}
 
 
 def _versions(runs: list[dict[str, Any]],
@@ -127,50 +155,77 @@ def bisect(versions: list[dict[str, Any]]) -> dict[str, Any]:
             "consistent": consistent, "note": note}
 
 
-def request_stability(outcomes: list[dict[str, Any]],
-                      by_run: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per request id: observations, failures, flips between consecutive runs, flakiness."""
-    seen: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for o in outcomes:  # in run (time) order, then report order
-        seen[o["request_id"]].append(o)
+def request_stability(store: HistoryStore, judged: Any) -> list[dict[str, Any]]:
+    """Per request id: observations, failures, flips between consecutive runs (in time order),
+    flakiness (passed and failed on one server version and flags), most unstable first."""
+    from sqlalchemy import case, func, select
+
+    ordered = (select(outcomes.c.request_id, _passed().label("p"),
+                      func.lag(_passed()).over(partition_by=outcomes.c.request_id,
+                                               order_by=(judged.c.run_at, judged.c.id,
+                                                         outcomes.c.position)).label("before"))
+               .join(judged, outcomes.c.run_id == judged.c.id).subquery())
+    flip = case((ordered.c.before.is_not(None) & (ordered.c.before != ordered.c.p), 1), else_=0)
+    totals = store.rows(
+        select(ordered.c.request_id, func.count().label("observed"),
+               func.sum(1 - ordered.c.p).label("failed"), func.sum(flip).label("flips"))
+        .group_by(ordered.c.request_id))
+    setups = (select(outcomes.c.request_id, func.count().label("n"),
+                     func.sum(_passed()).label("passes"))
+              .join(judged, outcomes.c.run_id == judged.c.id)
+              .group_by(outcomes.c.request_id, judged.c.server_version, judged.c.flags_sha256)
+              .subquery())
+    flaky = {r["request_id"] for r in store.rows(
+        select(setups.c.request_id).where(_mixed(setups.c.passes, setups.c.n) == 1))}
+    statuses: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in store.rows(select(outcomes.c.request_id, outcomes.c.status, func.count().label("n"))
+                        .join(judged, outcomes.c.run_id == judged.c.id)
+                        .group_by(outcomes.c.request_id, outcomes.c.status)):
+        statuses[r["request_id"]][r["status"]] = int(r["n"])
+    positions: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in store.rows(select(outcomes.c.request_id, outcomes.c.divergence_position,
+                               func.count().label("n"))
+                        .join(judged, outcomes.c.run_id == judged.c.id)
+                        .where(outcomes.c.divergence_position.is_not(None))
+                        .group_by(outcomes.c.request_id, outcomes.c.divergence_position)
+                        .order_by(outcomes.c.divergence_position)):
+        positions[r["request_id"]][str(r["divergence_position"])] = int(r["n"])
     rows = []
-    for rid, obs in seen.items():
-        failed = sum(1 for o in obs if not o["passed"])
-        flips = sum(1 for a, b in zip(obs, obs[1:]) if a["passed"] != b["passed"])
-        setups: dict[tuple[str, str], set[bool]] = defaultdict(set)
-        for o in obs:
-            run = by_run[o["run_id"]]
-            setups[(run["server_version"], run["flags_sha256"])].add(bool(o["passed"]))
-        positions = Counter(o["divergence_position"] for o in obs
-                            if o["divergence_position"] is not None)
+    for t in totals:
+        rid, observed, failed = t["request_id"], int(t["observed"]), int(t["failed"] or 0)
         rows.append({
-            "id": rid, "observed": len(obs), "failed": failed,
-            "fail_rate": round(failed / len(obs), 4), "flips": flips,
-            "flaky": any(len(v) == 2 for v in setups.values()),
-            "statuses": dict(Counter(o["status"] for o in obs)),
-            "first_divergence_positions": {str(k): n for k, n in sorted(positions.items())},
+            "id": rid, "observed": observed, "failed": failed,
+            "fail_rate": round(failed / observed, 4), "flips": int(t["flips"] or 0),
+            "flaky": rid in flaky, "statuses": statuses[rid],
+            "first_divergence_positions": positions[rid],
         })
-    rows.sort(key=lambda r: (-int(r["flaky"]), -r["flips"], -min(r["failed"], r["observed"] - r["failed"]),
-                             -r["failed"], r["id"]))
+    rows.sort(key=lambda r: (-int(r["flaky"]), -r["flips"],
+                             -min(r["failed"], r["observed"] - r["failed"]), -r["failed"], r["id"]))
     return rows
 
 
-def coverage(outcomes: list[dict[str, Any]], by_run: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def coverage(store: HistoryStore, judged: Any) -> dict[str, Any]:
     """Which cache-hit lengths and tiers the runs exercised, overall and per server version."""
+    from sqlalchemy import func, select
+
     lengths: Counter[int] = Counter()
     tiers: Counter[str] = Counter()
-    per_version: dict[str, dict[str, Any]] = defaultdict(
+    per_version: dict[str, dict[str, Counter[Any]]] = defaultdict(
         lambda: {"hit_lengths": Counter(), "tiers": Counter()})
-    for o in outcomes:
-        version = by_run[o["run_id"]]["server_version"]
-        if o["cached_tokens"] is not None:
-            lengths[o["cached_tokens"]] += 1
-            per_version[version]["hit_lengths"][o["cached_tokens"]] += 1
-        for tier, tokens in (json.loads(o["tiers"]) if o["tiers"] else {}).items():
+    for r in store.rows(select(judged.c.server_version, outcomes.c.cached_tokens,
+                               outcomes.c.tiers, func.count().label("n"))
+                        .join(judged, outcomes.c.run_id == judged.c.id)
+                        .group_by(judged.c.server_version, outcomes.c.cached_tokens,
+                                  outcomes.c.tiers)):
+        version, n = r["server_version"], int(r["n"])
+        if r["cached_tokens"] is not None:
+            lengths[r["cached_tokens"]] += n
+            per_version[version]["hit_lengths"][r["cached_tokens"]] += n
+        for tier, tokens in (json.loads(r["tiers"]) if r["tiers"] else {}).items():
             if not tokens:
                 continue  # a tier that served nothing is not covered
-            tiers[tier] += tokens
-            per_version[version]["tiers"][tier] += tokens
+            tiers[tier] += tokens * n
+            per_version[version]["tiers"][tier] += tokens * n
     ordered = sorted(per_version, key=version_key)
     changes = []
     for a, b in zip(ordered, ordered[1:]):
@@ -183,7 +238,8 @@ def coverage(outcomes: list[dict[str, Any]], by_run: dict[int, dict[str, Any]]) 
     return {
         "hit_lengths": {str(k): n for k, n in sorted(lengths.items())},
         "tiers": dict(sorted(tiers.items())),
-        "by_version": {v: {"hit_lengths": {str(k): n for k, n in sorted(per_version[v]["hit_lengths"].items())},
+        "by_version": {v: {"hit_lengths": {str(k): n for k, n in
+                                           sorted(per_version[v]["hit_lengths"].items())},
                            "tiers": dict(sorted(per_version[v]["tiers"].items()))}
                        for v in ordered},
         "changes": changes,

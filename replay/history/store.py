@@ -7,15 +7,17 @@ and read one golden's runs and outcomes for the queries (replay/history/queries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
+import re
 from typing import Any
 
 from replay.history.database import HistoryError, first_line, open_engine, safe_url, writer
 from replay.history.ingest import RunRecord
 from replay.history.schema import outcomes, runs
 
+HEX = re.compile(r"^[0-9a-fA-F]+$")
 RUN_COLUMNS = ("id", "golden_key", "golden_name", "verdict", "error", "run_at", "server",
                "server_version", "api", "model", "flags_sha256", "numerics_sha256", "policy",
                "shard", "merged", "requests", "requests_failed", "repeats", "tokens_compared")
@@ -38,16 +40,24 @@ class GoldenSelector:
     digest: str | None = None  # from a golden directory that was given
     exact: bool = False  # only the runs keyed by `digest` (the page's one section per golden)
 
-    def matches(self, golden_key: str, golden_name: str) -> bool:
+    def where(self) -> Any:
+        """The SQL condition on `runs` that picks this golden's runs."""
+        from sqlalchemy import false, or_
+
         t = self.text.strip().rstrip("/")
-        if self.digest and golden_key == self.digest:
-            return True
-        if self.exact:
-            return False
-        if len(t) >= 8 and golden_key.split(":")[-1].startswith(t.lower()):
-            return True
-        name = golden_name.rstrip("/")
-        return bool(t) and (name == t or name.rsplit("/", 1)[-1] == t.rsplit("/", 1)[-1])
+        base = t.rsplit("/", 1)[-1]
+        keys, conds = runs.c.golden_key, []
+        if self.digest:
+            conds.append(keys == self.digest)
+        if not self.exact:
+            if len(t) >= 8 and HEX.match(t):
+                conds += [keys.startswith(p + t.lower(), autoescape=True)
+                          for p in ("", "meta:", "name:")]
+            if base:
+                names = runs.c.golden_name
+                conds += [names == t, names == base,
+                          names.endswith("/" + base, autoescape=True)]
+        return or_(*conds) if conds else false()
 
 
 def now_utc() -> datetime:
@@ -90,7 +100,7 @@ class HistoryStore:
         return Added(added=added, duplicates=len(batch) - added)
 
     def _insert(self, conn: Any, record: RunRecord) -> int:
-        row = {k: v for k, v in asdict(record).items() if k != "outcomes"}
+        row = {k: v for k, v in vars(record).items() if k != "outcomes"}  # not asdict: slow
         row["added_at"] = now_utc()
         row["run_at"] = record.run_at or row["added_at"]
         insert = _dialect_insert(conn)(runs).values(**row)
@@ -100,7 +110,7 @@ class HistoryStore:
             return 0  # the same report is here already
         if record.outcomes:
             conn.execute(outcomes.insert(),
-                         [{"run_id": run_id, **asdict(o)} for o in record.outcomes])
+                         [{"run_id": run_id, **vars(o)} for o in record.outcomes])
         return 1
 
     # -- reading ------------------------------------------------------------------------------
@@ -112,30 +122,32 @@ class HistoryStore:
 
         query = select(*(runs.c[name] for name in RUN_COLUMNS)).order_by(
             runs.c.run_at.desc(), runs.c.id.desc())
-        if golden is None and limit is not None:
-            query = query.limit(limit)
-        rows = [dict(r._mapping) for r in self._rows(query)]
         if golden is not None:
-            rows = [r for r in rows if golden.matches(r["golden_key"], r["golden_name"])]
-            rows = rows[:limit] if limit is not None else rows
-        return rows
+            query = query.where(golden.where())
+        if limit is not None:
+            query = query.limit(limit)
+        return self.rows(query)
 
     def golden_runs(self, golden: GoldenSelector) -> list[dict[str, Any]]:
         """The runs of one golden, oldest first."""
         return list(reversed(self.list_runs(golden=golden)))
 
-    def outcomes_of(self, run_ids: Sequence[int]) -> list[dict[str, Any]]:
-        """Every outcome of these runs, in run then report order."""
+    def outcomes_of(self, run_id: int) -> list[dict[str, Any]]:
+        """The outcomes of one run, in report order."""
         from sqlalchemy import select
 
-        found: list[dict[str, Any]] = []
-        ids = list(run_ids)
-        for start in range(0, len(ids), 500):  # bounded IN lists
-            chunk = ids[start:start + 500]
-            query = select(outcomes).where(outcomes.c.run_id.in_(chunk))
-            found += [dict(r._mapping) for r in self._rows(query)]
-        found.sort(key=lambda o: (o["run_id"], o["position"]))
-        return found
+        return self.rows(select(outcomes).where(outcomes.c.run_id == run_id)
+                         .order_by(outcomes.c.position))
+
+    def rows(self, query: Any) -> list[dict[str, Any]]:
+        """The rows of a query, as dicts."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.connect() as conn:
+                return [dict(r) for r in conn.execute(query).mappings()]
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history {self.where}: {first_line(exc)}") from None
 
     def counts(self) -> tuple[int, int]:
         """(runs, outcomes) held."""
@@ -144,16 +156,6 @@ class HistoryStore:
         with self.engine.connect() as conn:
             return (int(conn.execute(select(func.count()).select_from(runs)).scalar_one()),
                     int(conn.execute(select(func.count()).select_from(outcomes)).scalar_one()))
-
-    def _rows(self, query: Any) -> Iterator[Any]:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        try:
-            with self.engine.connect() as conn:
-                yield from conn.execute(query).all()
-        except SQLAlchemyError as exc:
-            raise HistoryError(f"history {self.where}: {first_line(exc)}") from None
-
 
 def _dialect_insert(conn: Any) -> Any:
     if conn.dialect.name == "postgresql":

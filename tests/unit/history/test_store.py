@@ -35,7 +35,7 @@ def test_a_report_becomes_one_run_with_an_outcome_per_request(history_url):
     assert add(history_url, doc) == (1, 0)
     with HistoryStore.open(history_url) as store:
         [run] = store.list_runs()
-        outs = store.outcomes_of([run["id"]])
+        outs = store.outcomes_of(run["id"])
     assert run["verdict"] == "fail" and run["golden_name"] == doc["golden"]
     assert run["requests"] == 27 and run["requests_failed"] == 4
     assert [o["request_id"] for o in outs] == [r["id"] for r in doc["requests"]]
