@@ -61,7 +61,8 @@ def golden_history(store: HistoryStore, selector: GoldenSelector) -> dict[str, A
     if not runs:
         raise UsageError(f"the history {store.where} has no run of {selector.text!r}")
     judged = _judged(selector)
-    versions = _versions(runs, flaky_by_version(store, judged))
+    counts = setup_counts(store, judged)
+    versions = _versions(runs, flaky_by_version(counts))
     return {
         "schema": SCHEMA,
         "golden": selector.text,
@@ -72,7 +73,7 @@ def golden_history(store: HistoryStore, selector: GoldenSelector) -> dict[str, A
         "timeline": [run_summary(r) for r in runs],
         "versions": versions,
         "bisect": bisect(versions),
-        "requests": request_stability(store, judged),
+        "requests": request_stability(store, judged, counts),
         "coverage": coverage(store, judged),
     }
 
@@ -92,24 +93,26 @@ def _passed() -> Any:
     return case((outcomes.c.passed, 1), else_=0)
 
 
-def _mixed(passes: Any, n: Any) -> Any:
-    """1 where a group both passed and failed."""
-    from sqlalchemy import case
-
-    return case(((passes > 0) & (passes < n), 1), else_=0)
-
-
-def flaky_by_version(store: HistoryStore, judged: Any) -> dict[str, tuple[int, int]]:
-    """Per server version: (requests that both passed and failed there, requests observed)."""
+def setup_counts(store: HistoryStore, judged: Any) -> list[dict[str, Any]]:
+    """Outcomes counted by request, server version, flags, status and divergence position:
+    one GROUP BY from which the per-request and per-version figures are derived."""
     from sqlalchemy import func, select
 
-    per = (select(judged.c.server_version.label("version"), outcomes.c.request_id,
-                  func.count().label("n"), func.sum(_passed()).label("passes"))
-           .join(outcomes, outcomes.c.run_id == judged.c.id)
-           .group_by(judged.c.server_version, outcomes.c.request_id).subquery())
-    query = (select(per.c.version, func.sum(_mixed(per.c.passes, per.c.n)).label("flaky"),
-                    func.count().label("requests")).group_by(per.c.version))
-    return {r["version"]: (int(r["flaky"] or 0), int(r["requests"])) for r in store.rows(query)}
+    keys = (outcomes.c.request_id, judged.c.server_version, judged.c.flags_sha256,
+            outcomes.c.status, outcomes.c.divergence_position)
+    return store.rows(select(*keys, func.count().label("n"), func.sum(_passed()).label("passes"))
+                      .join(judged, outcomes.c.run_id == judged.c.id).group_by(*keys))
+
+
+def flaky_by_version(counts: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per server version: (requests that both passed and failed there, requests observed)."""
+    seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for c in counts:
+        tally = seen[c["server_version"]][c["request_id"]]
+        tally[0] += int(c["n"])
+        tally[1] += int(c["passes"] or 0)
+    return {v: (sum(1 for n, p in reqs.values() if 0 < p < n), len(reqs))
+            for v, reqs in seen.items()}
 
 
 def _versions(runs: list[dict[str, Any]],
@@ -155,53 +158,58 @@ def bisect(versions: list[dict[str, Any]]) -> dict[str, Any]:
             "consistent": consistent, "note": note}
 
 
-def request_stability(store: HistoryStore, judged: Any) -> list[dict[str, Any]]:
+def request_stability(store: HistoryStore, judged: Any,
+                      counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per request id: observations, failures, flips between consecutive runs (in time order),
     flakiness (passed and failed on one server version and flags), most unstable first."""
-    from sqlalchemy import case, func, select
-
-    ordered = (select(outcomes.c.request_id, _passed().label("p"),
-                      func.lag(_passed()).over(partition_by=outcomes.c.request_id,
-                                               order_by=(judged.c.run_at, judged.c.id,
-                                                         outcomes.c.position)).label("before"))
-               .join(judged, outcomes.c.run_id == judged.c.id).subquery())
-    flip = case((ordered.c.before.is_not(None) & (ordered.c.before != ordered.c.p), 1), else_=0)
-    totals = store.rows(
-        select(ordered.c.request_id, func.count().label("observed"),
-               func.sum(1 - ordered.c.p).label("failed"), func.sum(flip).label("flips"))
-        .group_by(ordered.c.request_id))
-    setups = (select(outcomes.c.request_id, func.count().label("n"),
-                     func.sum(_passed()).label("passes"))
-              .join(judged, outcomes.c.run_id == judged.c.id)
-              .group_by(outcomes.c.request_id, judged.c.server_version, judged.c.flags_sha256)
-              .subquery())
-    flaky = {r["request_id"] for r in store.rows(
-        select(setups.c.request_id).where(_mixed(setups.c.passes, setups.c.n) == 1))}
-    statuses: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in store.rows(select(outcomes.c.request_id, outcomes.c.status, func.count().label("n"))
-                        .join(judged, outcomes.c.run_id == judged.c.id)
-                        .group_by(outcomes.c.request_id, outcomes.c.status)):
-        statuses[r["request_id"]][r["status"]] = int(r["n"])
-    positions: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in store.rows(select(outcomes.c.request_id, outcomes.c.divergence_position,
-                               func.count().label("n"))
-                        .join(judged, outcomes.c.run_id == judged.c.id)
-                        .where(outcomes.c.divergence_position.is_not(None))
-                        .group_by(outcomes.c.request_id, outcomes.c.divergence_position)
-                        .order_by(outcomes.c.divergence_position)):
-        positions[r["request_id"]][str(r["divergence_position"])] = int(r["n"])
-    rows = []
-    for t in totals:
-        rid, observed, failed = t["request_id"], int(t["observed"]), int(t["failed"] or 0)
-        rows.append({
-            "id": rid, "observed": observed, "failed": failed,
-            "fail_rate": round(failed / observed, 4), "flips": int(t["flips"] or 0),
-            "flaky": rid in flaky, "statuses": statuses[rid],
-            "first_divergence_positions": positions[rid],
-        })
+    observed: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    statuses: dict[str, Counter[str]] = defaultdict(Counter)
+    positions: dict[str, Counter[int]] = defaultdict(Counter)
+    setups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for c in counts:
+        rid, n, passes = c["request_id"], int(c["n"]), int(c["passes"] or 0)
+        observed[rid] += n
+        failed[rid] += n - passes
+        statuses[rid][c["status"]] += n
+        if c["divergence_position"] is not None:
+            positions[rid][c["divergence_position"]] += n
+        tally = setups[(rid, c["server_version"], c["flags_sha256"])]
+        tally[0] += n
+        tally[1] += passes
+    flaky = {rid for (rid, _, _), (n, p) in setups.items() if 0 < p < n}
+    mixed = sorted(rid for rid in observed if 0 < failed[rid] < observed[rid])
+    flips = _flips(store, judged, mixed)
+    rows = [{"id": rid, "observed": observed[rid], "failed": failed[rid],
+             "fail_rate": round(failed[rid] / observed[rid], 4), "flips": flips.get(rid, 0),
+             "flaky": rid in flaky, "statuses": dict(statuses[rid]),
+             "first_divergence_positions": {str(k): v for k, v in sorted(positions[rid].items())}}
+            for rid in observed]
     rows.sort(key=lambda r: (-int(r["flaky"]), -r["flips"],
                              -min(r["failed"], r["observed"] - r["failed"]), -r["failed"], r["id"]))
     return rows
+
+
+def _flips(store: HistoryStore, judged: Any, request_ids: list[str]) -> dict[str, int]:
+    """How often each request's outcome changed from one observation to the next, in time
+    order (a window over its outcomes; only requests that both passed and failed can flip)."""
+    from sqlalchemy import case, func, select
+
+    found: dict[str, int] = {}
+    for start in range(0, len(request_ids), 200):  # bounded IN lists
+        chunk = request_ids[start:start + 200]
+        ordered = (select(outcomes.c.request_id, _passed().label("p"),
+                          func.lag(_passed()).over(partition_by=outcomes.c.request_id,
+                                                   order_by=(judged.c.run_at, judged.c.id,
+                                                             outcomes.c.position)).label("before"))
+                   .join(judged, outcomes.c.run_id == judged.c.id)
+                   .where(outcomes.c.request_id.in_(chunk)).subquery())
+        flip = case((ordered.c.before.is_not(None) & (ordered.c.before != ordered.c.p), 1),
+                    else_=0)
+        for r in store.rows(select(ordered.c.request_id, func.sum(flip).label("flips"))
+                            .group_by(ordered.c.request_id)):
+            found[r["request_id"]] = int(r["flips"] or 0)
+    return found
 
 
 def coverage(store: HistoryStore, judged: Any) -> dict[str, Any]:
