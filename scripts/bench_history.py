@@ -105,7 +105,15 @@ def bench(where: str, runs: int, label: str, work: Path) -> dict[str, Any]:
         "page_s": median_seconds(lambda: write_page(where, work / f"page-{label}"), 5),
         "cli_list_s": cli_seconds("history", "--db", where),
         "cli_show_s": cli_seconds("history", "show", "c" * 12, "--db", where),
+        "bytes_per_run": _size(where) / counts[0] if _size(where) else None,
     }
+
+
+def _size(where: str) -> int:
+    """The SQLite file's size (with its write-ahead log); 0 for a database server."""
+    path = Path(where)
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal"))
+               if p.exists()) if path.exists() else 0
 
 
 def main() -> None:
@@ -127,11 +135,12 @@ def main() -> None:
             finally:
                 server.close()
     print(f"{'backend':<11} {'runs':>6} {'outcomes':>8} {'load runs/s':>11} {'add 1':>7} "
-          f"{'list':>7} {'show':>7} {'page':>7} {'cli list':>8} {'cli show':>8}")
+          f"{'list':>7} {'show':>7} {'page':>7} {'cli list':>8} {'cli show':>8} {'KiB/run':>7}")
     for r in results:
         print(f"{r['backend']:<11} {r['runs']:>6} {r['outcomes']:>8} {r['load_runs_per_s']:>11.0f} "
               f"{r['add_one_s']:>6.3f}s {r['list_s']:>6.3f}s {r['show_s']:>6.3f}s "
-              f"{r['page_s']:>6.3f}s {r['cli_list_s']:>7.2f}s {r['cli_show_s']:>7.2f}s")
+              f"{r['page_s']:>6.3f}s {r['cli_list_s']:>7.2f}s {r['cli_show_s']:>7.2f}s "
+              f"{r['bytes_per_run'] / 1024 if r['bytes_per_run'] else float('nan'):>7.1f}")
 
 
 if __name__ == "__main__":
