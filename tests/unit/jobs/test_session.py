@@ -131,3 +131,17 @@ def test_replay_options_validate_themselves(kwargs, message):
 def test_client_options_validate_themselves(kwargs, message):
     with pytest.raises(UsageError, match=message):
         ClientOptions(**kwargs)
+
+
+def test_every_shard_carries_the_whole_goldens_digest():
+    from replay.golden.fingerprint import golden_digest
+    from replay.jobs.session import CONTENT_SHA256, load_golden
+    from tests.support import paths
+
+    from replay.golden.store import read_golden
+
+    path = paths.GOLDENS / "hicache-branching.zarr"
+    whole = golden_digest(read_golden(path))
+    shards = [load_golden(path, f"{i}/3") for i in (1, 2, 3)]
+    assert {s.meta[CONTENT_SHA256] for s in shards} == {whole}
+    assert load_golden(path).meta[CONTENT_SHA256] == whole
