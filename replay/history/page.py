@@ -19,6 +19,7 @@ VERDICT_COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#6d4c41"}
 WIDTH = 900
 MAX_LENGTH_COLUMNS = 48
 MAX_UNSTABLE = 15
+MAX_TIMELINE_RUNS = 2000  # the latest this many runs are drawn (the page stays light)
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
 STYLE = """
@@ -61,11 +62,14 @@ def render_page(histories: list[dict[str, Any]], runs: list[dict[str, Any]], whe
 def golden_section(h: dict[str, Any], index: int) -> str:
     counts = ", ".join(f"{n} {v}" for v, n in sorted(h["verdicts"].items()))
     keys = ", ".join(k.split(":")[-1][:12] for k in h["golden_keys"])
+    drawn = h["timeline"][-MAX_TIMELINE_RUNS:]
+    cut = (f'<p class="muted">The latest {len(drawn)} of {h["runs"]} runs are drawn.</p>'
+           if len(drawn) < h["runs"] else "")
     return (f'<section class="golden" id="golden-{index}" data-runs="{h["runs"]}">'
             f"<h2>{esc(', '.join(h['names']))}</h2>"
             f'<p class="muted">golden {esc(keys)} &middot; {h["runs"]} run(s): {esc(counts)}</p>'
             f'<p class="note bisect">{esc(h["bisect"]["note"])}</p>'
-            f"<h3>Verdicts over time</h3>{timeline_plot(h['timeline'])}"
+            f"<h3>Verdicts over time</h3>{timeline_plot(drawn)}{cut}"
             f"<h3>Fail and flake rates per server version</h3>{rates_plot(h['versions'])}"
             f"<h3>Cache-hit lengths covered per server version</h3>{coverage_plot(h['coverage'])}"
             f"<h3>Most unstable requests</h3>{unstable_plot(h['requests'])}</section>")

@@ -75,3 +75,14 @@ def test_browser_renders_the_page_and_it_loads_nothing(chromium, history_url, tm
     assert 'data-js="ready"' in visit.dom
     drawn = re.search(r'data-plots-drawn="(\d+)"', visit.dom)
     assert drawn and int(drawn[1]) == 7  # every plot laid out with a size
+
+
+def test_a_long_timeline_draws_only_its_latest_runs(tmp_path, monkeypatch):
+    from replay.history import page
+
+    monkeypatch.setattr(page, "MAX_TIMELINE_RUNS", 3)
+    url = str(tmp_path / "h.sqlite")
+    store_with_runs(url)
+    html = page_of(url)
+    assert html.count('<circle class="run"') == 3 + 1  # golden a: 3 of its 4; golden b: 1
+    assert "The latest 3 of 4 runs are drawn." in html
