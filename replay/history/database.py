@@ -57,7 +57,6 @@ def safe_url(where: str) -> str:
 def open_engine(where: str) -> Any:
     """An engine on the history at `where`, migrated to the newest schema."""
     try:
-        import sqlalchemy  # noqa: F401
         import alembic  # noqa: F401
     except ImportError as exc:
         raise UsageError(f"the results history needs its extra: pip install "

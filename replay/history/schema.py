@@ -11,10 +11,16 @@ test checks that the migrated database and these tables agree.
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, MetaData, String,
-    Table, Text,
-)
+from replay.utils.errors import UsageError
+
+try:
+    from sqlalchemy import (
+        BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, MetaData, String,
+        Table, Text,
+    )
+except ImportError:  # the history is an optional extra: say how to get it, in one line
+    raise UsageError("the results history needs its extra: pip install "
+                     "'golden-replay[history]' (sqlalchemy is missing)") from None
 
 metadata = MetaData()
 

@@ -7,10 +7,10 @@ and read one golden's runs and outcomes for the queries (replay/history/queries.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-import re
 from typing import Any
 
 from replay.history.database import HistoryError, first_line, open_engine, safe_url, writer

@@ -209,3 +209,15 @@ def test_the_cli_loads_no_database_library_until_a_history_command_runs():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=paths.REPO, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_without_the_history_extra_the_command_says_how_to_install_it(tmp_path):
+    report = write(run_report(), tmp_path / "a.json")
+    code = ("import sys; sys.modules['sqlalchemy'] = None; "  # as if it were not installed
+            f"sys.argv = ['golden', 'history', 'add', {str(report)!r}, '--db', 'h.sqlite']; "
+            "from golden_cli.main import app; app()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(paths.REPO)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: the results history needs its extra: pip install "
+                                   "'golden-replay[history]' (sqlalchemy is missing)")
