@@ -5,6 +5,7 @@
     golden history [--golden G] [--json]            # the runs, newest first
     golden history show GOLDEN [--json]             # timeline, flake rates, bisect, coverage
     golden history page --out DIR                   # DIR/index.html with the plots
+    golden history prune --before 2026-06-01        # retention: delete older runs
 
 The history is `--db` (or GOLDEN_HISTORY): a file path (SQLite) or a postgresql:// URL;
 default golden-history.sqlite. Exit codes: 0 done, 2 error (a refused report adds nothing).
@@ -142,7 +143,19 @@ def page(
     typer.echo(f"wrote {write_page(_where(ctx, db), out, golden=golden)}")
 
 
+def prune(
+    ctx: typer.Context,
+    before: str = typer.Option(..., "--before", help="Delete the runs from before this UTC date or time (ISO, e.g. 2026-06-01)."),
+    db: str = DbOpt,
+) -> None:
+    """Delete old runs (retention), with their outcomes and their share of the tallies."""
+    from replay.history.commands import prune as history_prune
+
+    typer.echo(f"deleted {history_prune(_where(ctx, db), before)} run(s)")
+
+
 app.callback(invoke_without_command=True)(exits_cleanly(runs))
 app.command("add")(exits_cleanly(add))
 app.command("show")(exits_cleanly(show))
 app.command("page")(exits_cleanly(page))
+app.command("prune")(exits_cleanly(prune))

@@ -66,6 +66,20 @@ def show(where: str, golden: str) -> dict[str, Any]:
         return golden_history(store, selector(golden))
 
 
+def prune(where: str, before: str) -> int:
+    """Delete the runs from before `before` (an ISO date or time, UTC); how many."""
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(before)
+    except ValueError:
+        raise UsageError(f"--before {before!r} is not an ISO date or time (e.g. 2026-06-01)") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    with HistoryStore.open(existing(where)) as store:
+        return store.prune(when)
+
+
 def write_page(where: str, out: Path, *, golden: str | None = None, runs: int = 100) -> Path:
     """DIR/index.html; the DIR is created."""
     from replay.history.page import render_page

@@ -300,6 +300,8 @@ def _outcome(position: int, r: Any) -> OutcomeRecord:
     if details is not None:
         if not isinstance(details, dict):
             raise _Bad(f"{where}: cached_tokens_details is not an object")
+        if len(details) > 8:
+            raise _Bad(f"{where}: cached_tokens_details names {len(details)} tiers (at most 8)")
         tiers = canonical({_text(k, f"{where}: a tier name", 40): _int(v, f"{where}: tier {k!r:.40}",
                                                                           optional=False)
                            for k, v in details.items()})

@@ -11,8 +11,8 @@
   most unstable first;
 - `coverage`: the cache-hit lengths and the tiers the runs exercised, overall and per version.
 Error runs appear in the timeline and the counts but judge no request (they compared nothing).
-The per-request figures are aggregated by the database (GROUP BY, and a window for the flips),
-so `show` stays interactive over 10,000 runs (docs/benchmarks.md).
+The counts come from the running tallies (schema.py) and the flips from one window over the
+outcomes in index order, so `show` stays interactive over 10,000 runs (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
-from replay.history.schema import outcomes
-from replay.history.schema import runs as runs_table
+from replay.history.schema import NONE, hit_tallies, outcomes, request_tallies
 from replay.history.store import GoldenSelector, HistoryStore
 from replay.utils.errors import UsageError
 
@@ -57,51 +56,37 @@ def run_summary(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def golden_history(store: HistoryStore, selector: GoldenSelector) -> dict[str, Any]:
-    runs = store.golden_runs(selector)
-    if not runs:
+    keys = store.golden_keys(selector)
+    if not keys:
         raise UsageError(f"the history {store.where} has no run of {selector.text!r}")
-    judged = _judged(selector)
-    counts = setup_counts(store, judged)
+    runs = store.golden_runs(keys)
+    counts = setup_counts(store, keys)
     versions = _versions(runs, flaky_by_version(counts))
     return {
         "schema": SCHEMA,
         "golden": selector.text,
-        "golden_keys": sorted({r["golden_key"] for r in runs}),
+        "golden_keys": keys,
         "names": sorted({r["golden_name"] for r in runs}),
         "runs": len(runs),
         "verdicts": dict(Counter(r["verdict"] for r in runs)),
         "timeline": [run_summary(r) for r in runs],
         "versions": versions,
         "bisect": bisect(versions),
-        "requests": request_stability(store, judged, counts),
-        "coverage": coverage(store, judged),
+        "requests": request_stability(store, keys, counts),
+        "coverage": coverage(store, keys),
     }
 
 
-def _judged(selector: GoldenSelector) -> Any:
-    """The golden's runs that reached a verdict, as a subquery (error runs judged nothing)."""
+def setup_counts(store: HistoryStore, keys: list[str]) -> list[dict[str, Any]]:
+    """Outcomes counted by request, server version, flags, status and divergence position
+    (the running tallies), from which the per-request and per-version figures are derived."""
     from sqlalchemy import select
 
-    return (select(runs_table.c.id, runs_table.c.run_at, runs_table.c.server_version,
-                   runs_table.c.flags_sha256)
-            .where(selector.where(), runs_table.c.verdict != "error").subquery("judged"))
-
-
-def _passed() -> Any:
-    from sqlalchemy import case
-
-    return case((outcomes.c.passed, 1), else_=0)
-
-
-def setup_counts(store: HistoryStore, judged: Any) -> list[dict[str, Any]]:
-    """Outcomes counted by request, server version, flags, status and divergence position:
-    one GROUP BY from which the per-request and per-version figures are derived."""
-    from sqlalchemy import func, select
-
-    keys = (outcomes.c.request_id, judged.c.server_version, judged.c.flags_sha256,
-            outcomes.c.status, outcomes.c.divergence_position)
-    return store.rows(select(*keys, func.count().label("n"), func.sum(_passed()).label("passes"))
-                      .join(judged, outcomes.c.run_id == judged.c.id).group_by(*keys))
+    rows = store.rows(select(request_tallies).where(request_tallies.c.golden_key.in_(keys)))
+    for r in rows:
+        if r["divergence_position"] == NONE:
+            r["divergence_position"] = None
+    return rows
 
 
 def flaky_by_version(counts: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
@@ -110,7 +95,7 @@ def flaky_by_version(counts: list[dict[str, Any]]) -> dict[str, tuple[int, int]]
     for c in counts:
         tally = seen[c["server_version"]][c["request_id"]]
         tally[0] += int(c["n"])
-        tally[1] += int(c["passes"] or 0)
+        tally[1] += int(c["passes"])
     return {v: (sum(1 for n, p in reqs.values() if 0 < p < n), len(reqs))
             for v, reqs in seen.items()}
 
@@ -158,7 +143,7 @@ def bisect(versions: list[dict[str, Any]]) -> dict[str, Any]:
             "consistent": consistent, "note": note}
 
 
-def request_stability(store: HistoryStore, judged: Any,
+def request_stability(store: HistoryStore, keys: list[str],
                       counts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per request id: observations, failures, flips between consecutive runs (in time order),
     flakiness (passed and failed on one server version and flags), most unstable first."""
@@ -168,7 +153,7 @@ def request_stability(store: HistoryStore, judged: Any,
     positions: dict[str, Counter[int]] = defaultdict(Counter)
     setups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     for c in counts:
-        rid, n, passes = c["request_id"], int(c["n"]), int(c["passes"] or 0)
+        rid, n, passes = c["request_id"], int(c["n"]), int(c["passes"])
         observed[rid] += n
         failed[rid] += n - passes
         statuses[rid][c["status"]] += n
@@ -179,7 +164,7 @@ def request_stability(store: HistoryStore, judged: Any,
         tally[1] += passes
     flaky = {rid for (rid, _, _), (n, p) in setups.items() if 0 < p < n}
     mixed = sorted(rid for rid in observed if 0 < failed[rid] < observed[rid])
-    flips = _flips(store, judged, mixed)
+    flips = _flips(store, keys, mixed)
     rows = [{"id": rid, "observed": observed[rid], "failed": failed[rid],
              "fail_rate": round(failed[rid] / observed[rid], 4), "flips": flips.get(rid, 0),
              "flaky": rid in flaky, "statuses": dict(statuses[rid]),
@@ -190,20 +175,22 @@ def request_stability(store: HistoryStore, judged: Any,
     return rows
 
 
-def _flips(store: HistoryStore, judged: Any, request_ids: list[str]) -> dict[str, int]:
+def _flips(store: HistoryStore, keys: list[str], request_ids: list[str]) -> dict[str, int]:
     """How often each request's outcome changed from one observation to the next, in time
-    order (a window over its outcomes; only requests that both passed and failed can flip)."""
+    order: a window over its outcomes, read in the order of `ix_outcomes_sequence` (only
+    requests that both passed and failed can flip)."""
     from sqlalchemy import case, func, select
 
+    passed = case((outcomes.c.passed, 1), else_=0)
     found: dict[str, int] = {}
     for start in range(0, len(request_ids), 200):  # bounded IN lists
         chunk = request_ids[start:start + 200]
-        ordered = (select(outcomes.c.request_id, _passed().label("p"),
-                          func.lag(_passed()).over(partition_by=outcomes.c.request_id,
-                                                   order_by=(judged.c.run_at, judged.c.id,
-                                                             outcomes.c.position)).label("before"))
-                   .join(judged, outcomes.c.run_id == judged.c.id)
-                   .where(outcomes.c.request_id.in_(chunk)).subquery())
+        ordered = (select(outcomes.c.request_id, passed.label("p"),
+                          func.lag(passed).over(partition_by=outcomes.c.request_id,
+                                                order_by=(outcomes.c.run_at, outcomes.c.run_id,
+                                                          outcomes.c.position)).label("before"))
+                   .where(outcomes.c.golden_key.in_(keys), outcomes.c.request_id.in_(chunk))
+                   .subquery())
         flip = case((ordered.c.before.is_not(None) & (ordered.c.before != ordered.c.p), 1),
                     else_=0)
         for r in store.rows(select(ordered.c.request_id, func.sum(flip).label("flips"))
@@ -212,21 +199,17 @@ def _flips(store: HistoryStore, judged: Any, request_ids: list[str]) -> dict[str
     return found
 
 
-def coverage(store: HistoryStore, judged: Any) -> dict[str, Any]:
+def coverage(store: HistoryStore, keys: list[str]) -> dict[str, Any]:
     """Which cache-hit lengths and tiers the runs exercised, overall and per server version."""
-    from sqlalchemy import func, select
+    from sqlalchemy import select
 
     lengths: Counter[int] = Counter()
     tiers: Counter[str] = Counter()
     per_version: dict[str, dict[str, Counter[Any]]] = defaultdict(
         lambda: {"hit_lengths": Counter(), "tiers": Counter()})
-    for r in store.rows(select(judged.c.server_version, outcomes.c.cached_tokens,
-                               outcomes.c.tiers, func.count().label("n"))
-                        .join(judged, outcomes.c.run_id == judged.c.id)
-                        .group_by(judged.c.server_version, outcomes.c.cached_tokens,
-                                  outcomes.c.tiers)):
+    for r in store.rows(select(hit_tallies).where(hit_tallies.c.golden_key.in_(keys))):
         version, n = r["server_version"], int(r["n"])
-        if r["cached_tokens"] is not None:
+        if r["cached_tokens"] != NONE:
             lengths[r["cached_tokens"]] += n
             per_version[version]["hit_lengths"][r["cached_tokens"]] += n
         for tier, tokens in (json.loads(r["tiers"]) if r["tiers"] else {}).items():

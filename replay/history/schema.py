@@ -74,5 +74,34 @@ outcomes = Table(
     Column("divergence_position", Integer),  # first_divergence.position
     Column("divergence_kind", String(20)),  # token | logprob | top_k
     Column("token_divergence_position", Integer),
-    Index("ix_outcomes_request", "request_id"),
+    Column("golden_key", String(80), nullable=False),  # the run's, for the sequence index
+    Column("run_at", DateTime, nullable=False),  # the run's
+    # each request's outcomes in time order, read without a sort (the flips)
+    Index("ix_outcomes_sequence", "golden_key", "request_id", "run_at", "run_id", "position",
+          "passed"),
+)
+
+# Running totals kept in step with every run added (same transaction), so that queries read
+# a few rows per request and version instead of every outcome. NONE (-1, "") stands for null:
+# a key column must compare equal to itself for the upsert to find its row.
+NONE = -1
+request_tallies = Table(
+    "request_tallies", metadata,
+    Column("golden_key", String(80), primary_key=True),
+    Column("request_id", String(200), primary_key=True),
+    Column("server_version", String(200), primary_key=True),
+    Column("flags_sha256", String(64), primary_key=True),
+    Column("status", String(40), primary_key=True),
+    Column("divergence_position", Integer, primary_key=True, autoincrement=False),
+    Column("n", BigInteger, nullable=False),  # outcomes
+    Column("passes", BigInteger, nullable=False),  # of them passed
+)
+
+hit_tallies = Table(
+    "hit_tallies", metadata,
+    Column("golden_key", String(80), primary_key=True),
+    Column("server_version", String(200), primary_key=True),
+    Column("cached_tokens", Integer, primary_key=True, autoincrement=False),
+    Column("tiers", String(1000), primary_key=True),
+    Column("n", BigInteger, nullable=False),
 )

@@ -30,6 +30,34 @@ def counts(url: str) -> tuple[int, int]:
         return store.counts()
 
 
+def tallies(url: str) -> tuple[dict, dict]:
+    """(request tallies, hit tallies) as the store keeps them, and as counted here from every
+    outcome: the two must agree."""
+    from collections import Counter
+
+    from sqlalchemy import select
+
+    from replay.history.schema import hit_tallies, outcomes, request_tallies, runs
+
+    with HistoryStore.open(url) as store:
+        kept = ({(r["golden_key"], r["request_id"], r["server_version"], r["flags_sha256"],
+                  r["status"], r["divergence_position"]): (r["n"], r["passes"])
+                 for r in store.rows(select(request_tallies))},
+                {(r["golden_key"], r["server_version"], r["cached_tokens"], r["tiers"]): r["n"]
+                 for r in store.rows(select(hit_tallies))})
+        rows = store.rows(select(outcomes, runs.c.server_version, runs.c.flags_sha256)
+                          .join(runs, runs.c.id == outcomes.c.run_id))
+    n, passes, hits = Counter(), Counter(), Counter()
+    for o in rows:
+        key = (o["golden_key"], o["request_id"], o["server_version"], o["flags_sha256"],
+               o["status"], -1 if o["divergence_position"] is None else o["divergence_position"])
+        n[key] += 1
+        passes[key] += int(o["passed"])
+        hits[(o["golden_key"], o["server_version"],
+              -1 if o["cached_tokens"] is None else o["cached_tokens"], o["tiers"] or "")] += 1
+    return kept, ({k: (v, passes[k]) for k, v in n.items()}, dict(hits))
+
+
 def test_a_report_becomes_one_run_with_an_outcome_per_request(history_url):
     doc = sample("failing")
     assert add(history_url, doc) == (1, 0)
@@ -113,6 +141,8 @@ def test_concurrent_writers_lose_nothing(history_url, tmp_path):
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
     assert counts(history_url) == (21, 21 * 27)
+    kept, counted = tallies(history_url)
+    assert kept == counted
 
 
 def test_the_migrated_database_is_the_schema(history_url):
@@ -148,3 +178,23 @@ def test_an_unreachable_postgres_is_a_history_error_without_the_password():
     with pytest.raises(HistoryError) as exc:
         HistoryStore.open(url)
     assert "s3cret" not in str(exc.value) and "127.0.0.1" in str(exc.value)
+
+
+def test_the_tallies_count_every_outcome_added_once(history_url):
+    add(history_url, run_report(hour=1), run_report(hour=2, failing=("g0/b0/t1",)))
+    add(history_url, run_report(hour=1), run_report(hour=3, version="0.6", failing=("g1/b0/t1",)))
+    kept, counted = tallies(history_url)
+    assert kept == counted and sum(n for n, _ in kept[0].values()) == 3 * 27
+
+
+def test_pruning_deletes_old_runs_and_recounts_the_tallies(history_url):
+    from datetime import datetime
+
+    add(history_url, run_report(hour=1, failing=("g0/b0/t1",)), run_report(hour=5),
+        run_report(hour=6, golden_sha256="b" * 64))
+    with HistoryStore.open(history_url) as store:
+        assert store.prune(datetime(2026, 11, 1, 3)) == 1
+        assert [r["run_at"].hour for r in store.list_runs()] == [6, 5]
+    assert counts(history_url) == (2, 54)
+    kept, counted = tallies(history_url)
+    assert kept == counted and sum(n for n, _ in kept[0].values()) == 54

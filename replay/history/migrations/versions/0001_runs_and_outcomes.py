@@ -1,4 +1,4 @@
-"""The first schema: runs and their per-request outcomes.
+"""The first schema: runs, their per-request outcomes, and the running tallies.
 
 Revision ID: 0001
 Revises:
@@ -65,10 +65,34 @@ def upgrade() -> None:
         sa.Column("divergence_position", sa.Integer),
         sa.Column("divergence_kind", sa.String(20)),
         sa.Column("token_divergence_position", sa.Integer),
+        sa.Column("golden_key", sa.String(80), nullable=False),
+        sa.Column("run_at", sa.DateTime, nullable=False),
     )
-    op.create_index("ix_outcomes_request", "outcomes", ["request_id"])
+    op.create_index("ix_outcomes_sequence", "outcomes",
+                    ["golden_key", "request_id", "run_at", "run_id", "position", "passed"])
+    op.create_table(
+        "request_tallies",
+        sa.Column("golden_key", sa.String(80), primary_key=True),
+        sa.Column("request_id", sa.String(200), primary_key=True),
+        sa.Column("server_version", sa.String(200), primary_key=True),
+        sa.Column("flags_sha256", sa.String(64), primary_key=True),
+        sa.Column("status", sa.String(40), primary_key=True),
+        sa.Column("divergence_position", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("n", sa.BigInteger, nullable=False),
+        sa.Column("passes", sa.BigInteger, nullable=False),
+    )
+    op.create_table(
+        "hit_tallies",
+        sa.Column("golden_key", sa.String(80), primary_key=True),
+        sa.Column("server_version", sa.String(200), primary_key=True),
+        sa.Column("cached_tokens", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("tiers", sa.String(1000), primary_key=True),
+        sa.Column("n", sa.BigInteger, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("hit_tallies")
+    op.drop_table("request_tallies")
     op.drop_table("outcomes")
     op.drop_table("runs")
