@@ -226,7 +226,7 @@ def test_without_the_history_extra_the_command_says_how_to_install_it(tmp_path):
 def test_prune_deletes_the_runs_from_before_a_date(history_url, tmp_path):
     files = [write(run_report(hour=h), tmp_path / f"{h}.json") for h in (0, 30, 60)]
     golden_cli("history", "add", *map(str, files), "--db", history_url)
-    res = golden_cli("history", "prune", "--before", "2026-11-02", "--db", history_url)
+    res = golden_cli("history", "prune", "--before", "2026-11-03", "--db", history_url)
     assert res.exit_code == 0 and "deleted 2 run(s)" in res.output
     assert [r["at"] for r in listed(history_url)] == ["2026-11-03T12:00:00Z"]
     bad = golden_cli("history", "prune", "--before", "last week", "--db", history_url)
