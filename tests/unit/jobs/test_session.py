@@ -96,22 +96,6 @@ def test_progress_is_reported_through_the_callback(golden):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({}, "exactly one of --server URL or --launch PROFILE"),
-    ({"url": "http://x", "profile": "p"}, "exactly one"),
-    ({"url": "http://x", "fault": "f"}, "only with --launch"),
-])
-def test_a_server_target_checks_itself(kwargs, message):
-    with pytest.raises(UsageError, match=message):
-        session.ServerTarget(**kwargs)
-
-
-def test_a_target_names_its_server_without_credentials():
-    label = session.ServerTarget(url="http://u:secret@host:1").label
-    assert "secret" not in label and label.endswith("host:1")
-    assert session.ServerTarget(profile="/some/dir/mine.toml").label == "launch:mine"
-
-
-@pytest.mark.parametrize("kwargs, message", [
     ({"repeat": 0}, "--repeat"),
     ({"schedule": "random"}, "unknown schedule"),
     ({"require_tier": "disk"}, "--require-tier"),
@@ -133,12 +117,19 @@ def test_client_options_validate_themselves(kwargs, message):
         ClientOptions(**kwargs)
 
 
+def test_a_reference_through_an_adapter_that_bypasses_the_cache_gets_no_radix_warning():
+    from replay.server.apis import get_api
+
+    assert session.reference_warnings({}, get_api("llamacpp", reference=True)) == []
+    assert session.reference_warnings({"disable_radix_cache": True}, get_api("sglang")) == []
+    assert "radix cache on" in session.reference_warnings({}, get_api("sglang"))[0]
+
+
 def test_every_shard_carries_the_whole_goldens_digest():
     from replay.golden.fingerprint import golden_digest
+    from replay.golden.store import read_golden
     from replay.jobs.session import CONTENT_SHA256, load_golden
     from tests.support import paths
-
-    from replay.golden.store import read_golden
 
     path = paths.GOLDENS / "hicache-branching.zarr"
     whole = golden_digest(read_golden(path))
