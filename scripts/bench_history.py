@@ -46,7 +46,7 @@ START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def report(i: int, rng: random.Random) -> dict[str, Any]:
     doc = copy.deepcopy(SAMPLE)
-    doc["golden_meta"]["content_sha256"] = "c" * 64
+    doc["golden_sha256"] = "c" * 64
     meta = doc["server_meta"]
     meta["created"] = (START + timedelta(minutes=15 * i)).isoformat(timespec="seconds")
     version = VERSIONS[min(i // 500, len(VERSIONS) - 1)]  # a nightly: 500 runs per version

@@ -7,13 +7,10 @@ import platform
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import replay
 from replay.utils.redact import redact_secrets, redact_text
-
-if TYPE_CHECKING:
-    from replay.golden.model import Golden
 
 
 def redact_url(url: str) -> str:
@@ -131,37 +128,3 @@ def vocab_size(model_info: dict[str, Any], server_info: dict[str, Any]) -> int |
             return v
     return None
 
-
-def golden_digest(golden: "Golden") -> str:
-    """sha256 of what a golden records: its scenario and sampling, the shared prefixes, and per
-    request its place in the tree, its new input tokens and the reference's answer (tokens,
-    logprob bits, top-k). Metadata is left out, so a golden copied, moved or re-packed keeps its
-    digest; the results history (replay/history/) keys runs by it (`golden_meta.content_sha256`)."""
-    import hashlib
-    import json
-
-    import numpy as np
-
-    h = hashlib.sha256()
-
-    def text(value: Any) -> None:
-        data = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
-        h.update(len(data).to_bytes(8, "little") + data)
-
-    def array(a: Any) -> None:
-        if a is None:
-            h.update(b"-")
-            return
-        a = np.ascontiguousarray(a)
-        text([a.dtype.str, list(a.shape)])
-        h.update(a.tobytes())
-
-    text(json_safe(golden.scenario))
-    text(json_safe(golden.sampling))
-    for prefix in golden.prefixes:
-        array(prefix)
-    for r in golden.requests:
-        text([r.id, r.group, r.branch, r.turn, r.parent, r.max_new_tokens])
-        for a in (r.new_tokens, r.output_ids, r.logprobs, r.top_ids, r.top_logprobs):
-            array(a)
-    return h.hexdigest()

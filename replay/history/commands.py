@@ -48,10 +48,9 @@ def selector(golden: str) -> GoldenSelector:
     name."""
     path = Path(golden)
     if (path / "zarr.json").is_file():
-        from replay.golden.fingerprint import golden_digest
-        from replay.golden.store import read_golden
+        from replay.golden.store import content_checksum, read_golden
 
-        return GoldenSelector(text=golden, digest=golden_digest(read_golden(path)))
+        return GoldenSelector(text=golden, digest=content_checksum(read_golden(path)))
     return GoldenSelector(text=golden)
 
 

@@ -202,9 +202,9 @@ def _meta(doc: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def golden_key(doc: dict[str, Any], golden_meta: dict[str, Any]) -> str:
-    """The golden's content digest; for reports without one (older, or an error before the
-    golden was read) a digest of its metadata, else of its name."""
-    digest = golden_meta.get("content_sha256")
+    """The golden's content checksum (`golden_sha256`, docs/report.md); for reports without one
+    (older ones) a digest of its metadata less its shard, else of its name."""
+    digest = doc.get("golden_sha256")
     if isinstance(digest, str) and HEX64.match(digest):
         return digest
     if golden_meta:
@@ -221,7 +221,10 @@ def server_version(server_info: dict[str, Any]) -> str:
     return UNKNOWN_VERSION
 
 
-def _shard(golden_meta: dict[str, Any]) -> str | None:
+def _shard(doc: dict[str, Any], golden_meta: dict[str, Any]) -> str | None:
+    """The shard replayed, "i/n": the report's `shard`, else (older reports) golden_meta's."""
+    if doc.get("shard") is not None:
+        return _text(doc["shard"], "shard", 40)
     shard = golden_meta.get("shard")
     if not isinstance(shard, dict):
         return None
@@ -277,7 +280,7 @@ def _record(doc: dict[str, Any]) -> RunRecord:
         numerics_sha256=sha256(numerics_text), numerics=numerics_text,
         policy=_text(doc.get("policy"), "policy", 200),
         expect_cache=_text(doc.get("expect_cache"), "expect_cache", 200),
-        shard=None if "merged_from" in doc else _shard(golden_meta),  # a merge keeps shard 1's meta
+        shard=None if "merged_from" in doc else _shard(doc, golden_meta),
         merged="merged_from" in doc,
         requests=len({o.request_id for o in outcomes}),
         requests_failed=len(failed),

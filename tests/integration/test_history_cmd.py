@@ -13,8 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from golden_cli.main import app
-from replay.golden.fingerprint import golden_digest
-from replay.golden.store import read_golden
+from replay.golden.store import content_checksum, read_golden
 from tests.support import paths
 from tests.support.history_reports import run_report, sample, write
 from tests.support.postgres import free_port, history_url, postgres  # noqa: F401 - fixtures
@@ -81,7 +80,7 @@ def test_the_history_flag_adds_each_replay_keyed_by_the_golden_content(history_u
     res = golden_cli("history", "show", str(golden), "--db", history_url, "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["golden_keys"] == [golden_digest(read_golden(golden))]
+    assert doc["golden_keys"] == [content_checksum(read_golden(golden))]
     assert [(r["verdict"], r["server_version"]) for r in doc["timeline"]] == [
         ("pass", "0.5.1"), ("fail", "0.5.2")]
     assert doc["bisect"]["first_failing"] == "0.5.2" and doc["bisect"]["last_passing"] == "0.5.1"
@@ -90,11 +89,12 @@ def test_the_history_flag_adds_each_replay_keyed_by_the_golden_content(history_u
 def test_the_environment_variable_feeds_every_report_written(history_url, golden, tmp_path):
     """Shard runs and their merge: each report written is a run (the merged one marked)."""
     env = {HISTORY_ENV: history_url}
-    shards = []
-    for i in (1, 2):
-        shards.append(tmp_path / f"shard{i}.json")
-        res = replay(golden, "0.5.1", "--shard", f"{i}/2", "--report", str(shards[-1]), env=env)
-        assert res.exit_code == 0, res.output
+    shards = [tmp_path / f"shard{i}.json" for i in (1, 2)]
+    with StubServer(StubConfig(extra_server_info={"version": "0.5.1"})) as stub:  # one server
+        for i, report in enumerate(shards, 1):
+            res = golden_cli("replay", str(golden), "--server", stub.url, "--quiet", "--shard",
+                             f"{i}/2", "--report", str(report), env=env)
+            assert res.exit_code == 0, res.output
     res = golden_cli("report", "--merge", *map(str, shards), env=env)
     assert res.exit_code == 0, res.output
     runs = listed(history_url)

@@ -25,7 +25,7 @@ def run_report(*, version: str = "0.5.23", hour: int = 0, failing: tuple[str, ..
     """A passing sample report as a run on `version` at START + `hour` hours, in which the
     requests named in `failing` failed (a token divergence at position 5)."""
     doc = copy.deepcopy(sample(base))
-    doc["golden_meta"]["content_sha256"] = golden_sha256
+    doc["golden_sha256"] = golden_sha256
     meta = doc["server_meta"]
     meta["created"] = (START + timedelta(hours=hour)).isoformat(timespec="seconds")
     meta["server_info"] = {**meta["server_info"], "version": version, **(flags or {})}

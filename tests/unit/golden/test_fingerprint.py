@@ -66,30 +66,3 @@ def test_replay_accepts_the_recorded_hub_model_under_a_local_path(tmp_path):
             res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--quiet"])
         assert res.exit_code == code, (path, res.output)
 
-
-# ---------------------------------------------------------------------------------------------
-# golden_digest: what the results history keys runs by
-
-
-def _committed():
-    from replay.golden.store import read_golden
-    from tests.support import paths
-
-    return read_golden(paths.GOLDENS / "hicache-branching.zarr")
-
-
-def test_the_digest_ignores_metadata_but_not_one_answer_bit():
-    from dataclasses import replace
-
-    import numpy as np
-
-    from replay.golden.fingerprint import golden_digest
-
-    golden = _committed()
-    digest = golden_digest(golden)
-    assert golden_digest(replace(golden, meta={"moved": True})) == digest
-    requests = list(golden.requests)
-    bumped = requests[5].logprobs.copy()
-    bumped[3] = np.nextafter(bumped[3], 0.0)
-    requests[5] = replace(requests[5], logprobs=bumped)
-    assert golden_digest(replace(golden, requests=requests)) != digest

@@ -103,7 +103,7 @@ def test_coverage_counts_hit_lengths_and_tier_tokens_per_version(history_url):
 def test_error_runs_are_in_the_timeline_but_judge_no_request(history_url):
     error = {"schema": "golden-replay/report/1", "verdict": "error", "error": "unreachable",
              "golden": "goldens/branching.zarr", "server": "http://x:1", "requests": [],
-             "golden_meta": {"content_sha256": "a" * 64}}
+             "golden_sha256": "a" * 64}
     doc = history(history_url, run_report(hour=0), error)
     assert doc["verdicts"] == {"pass": 1, "error": 1}
     assert all(r["observed"] == 1 for r in doc["requests"])

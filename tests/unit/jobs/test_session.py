@@ -124,15 +124,3 @@ def test_a_reference_through_an_adapter_that_bypasses_the_cache_gets_no_radix_wa
     assert session.reference_warnings({"disable_radix_cache": True}, get_api("sglang")) == []
     assert "radix cache on" in session.reference_warnings({}, get_api("sglang"))[0]
 
-
-def test_every_shard_carries_the_whole_goldens_digest():
-    from replay.golden.fingerprint import golden_digest
-    from replay.golden.store import read_golden
-    from replay.jobs.session import CONTENT_SHA256, load_golden
-    from tests.support import paths
-
-    path = paths.GOLDENS / "hicache-branching.zarr"
-    whole = golden_digest(read_golden(path))
-    shards = [load_golden(path, f"{i}/3") for i in (1, 2, 3)]
-    assert {s.meta[CONTENT_SHA256] for s in shards} == {whole}
-    assert load_golden(path).meta[CONTENT_SHA256] == whole
