@@ -14,10 +14,10 @@ the rule itself (its `expect_cache_auto` trait: `none` or `any`), passed in as `
 Always: cached_tokens <= prompt length - 1 (the last prompt token is always computed), which is
 how an over-reported hit is caught.
 
-Eviction pressure (`attention` only; docs/cache-hits.md): when the tokens a golden puts through
-the cache outgrow the server's device pool (SGLang's `max_total_num_tokens`), the radix cache
-must evict, whole pages at a time, least recently used leaves first; a parent's last pages are
-such leaves. Then a hit shorter than expected by whole pages is an eviction, not a cache bug, and
+Eviction pressure (`attention` only; docs/report.md, `expect_cache`): when the tokens a golden
+puts through the cache outgrow the server's device pool (SGLang's `max_total_num_tokens`), the
+radix cache must evict, whole pages at a time, least recently used leaves first; a parent's last
+pages are such leaves. Then a hit shorter than expected by whole pages is an eviction, not a cache bug, and
 is accepted; a hit that is not a whole number of pages, or longer than the parent's tokens, stays
 a fail. Without pressure (or without a reported pool size) every shortfall fails as before.
 """

@@ -1,5 +1,5 @@
-"""The eviction-pressure hit rule (replay/judge/cache_check.py, docs/cache-hits.md): under a device
-pool smaller than what the golden puts through the cache, a hit short of the expected by whole
+"""The eviction-pressure hit rule (replay/judge/cache_check.py; docs/report.md, `expect_cache`):
+under a device pool smaller than what the golden puts through the cache, a hit short of the expected by whole
 pages is an eviction, not a cache miss; a hit longer than possible, or not page-aligned, stays a
 fail. The numbers are those seen against SGLang's real server on a CPU: page 128, a 4,096-token
 pool, a parent of 576 prompt + 160 output tokens (expected hit 640, seen 512)."""
