@@ -154,7 +154,10 @@ def test_multi_turn_hits_fail_exactly_where_they_include_decode_written_kv(hicac
     follow_ups = [q for q in reqs if turn(q) == 1]
     assert [q["cached_tokens"] for q in follow_ups] == [640] * 4  # 576 prompt + 64 decoded
     assert all(q["status"] != "identical" for q in follow_ups)
-    assert r.doc["summary"]["cache_misses"] == 0
+    # seen: first differences at output positions 0-3, in the logprob, tokens still equal there
+    assert all(q["first_divergence"]["position"] <= 3 for q in follow_ups)
+    assert r.doc["summary"]["cache_hit_lengths"] == {"0": 2, "512": 2, "640": 4}
+    assert r.doc["summary"]["requests_failed"] == 4 and r.doc["summary"]["cache_misses"] == 0
 
 
 def test_the_radix_only_server_shows_the_same_values_so_it_is_not_hicache(hicache, radix):
