@@ -133,13 +133,6 @@ PRESETS: dict[str, ScenarioSpec] = {
         name="cpu-branching", groups=2, branches=2, prefix_len=512, suffix_len=64,
         turns=1, turn_suffix_len=32, max_new_tokens=160,
     ),
-    # The same server under memory pressure: 16 independent requests of 128 + 256 tokens
-    # (6,144 in all) sent at once into a 4,096-token pool; SGLang admits on an estimate of the
-    # tokens still to come and retracts running requests when decode runs out of pages.
-    "cpu-retraction": ScenarioSpec(
-        name="cpu-retraction", groups=16, branches=1, prefix_len=0, suffix_len=128,
-        turns=0, turn_suffix_len=0, max_new_tokens=256,
-    ),
     "single": ScenarioSpec(
         name="single", groups=1, branches=1, prefix_len=0, suffix_len=128,
         turns=0, turn_suffix_len=0, max_new_tokens=32,
