@@ -2,7 +2,9 @@
 
 Ported from sgl-kernel's CUDA definitions (`csrc/kvcacheio/transfer.cu`: `transfer_page_direct`,
 `transfer_kv_direct`, `transfer_kv_page_first_direct_impl<IsLf2Pf>`), which are themselves
-device-agnostic: they walk the index tensors on the host and issue `Tensor.copy_` on slices. In
+device-agnostic: they walk the index tensors on the host and issue `Tensor.copy_` on slices (newer
+transfer.cu adds a `cudaMemcpyBatchAsync` fast path on CUDA and keeps this per-page form as its
+`fallback_to_page_copy`; the copies are the same). In
 SGLang 0.5.23 the ops are bound only on CUDA/HIP (from sgl-kernel) and XPU (sgl-kernel-xpu), so a
 CPU host pool that uses `--hicache-io-backend direct` has no name to call. Same signatures, same
 checks, same order of copies; only torch.
