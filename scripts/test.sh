@@ -28,6 +28,11 @@ fi
 bash scripts/install_sglang_cpu.sh \
     || echo "note: SGLang's CPU server could not be installed: tests/e2e/sglang_cpu will skip" >&2
 
+# SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/
+# (they skip, naming this script, without it).
+bash scripts/install_router.sh \
+    || echo "note: sglang-router could not be installed: the router tests will skip" >&2
+
 # Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
