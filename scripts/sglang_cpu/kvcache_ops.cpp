@@ -1,6 +1,7 @@
-// Registration of the two sgl-kernel CPU ops SGLang 0.5.23 reaches for a Llama on a CPU without
-// AMX: store_cache_cpu (memory_pool.py, writing new K/V into the device pool) and
-// copy_all_layer_kv_cache_cpu (kernels/ops/kvcache/cache_move.py, imported at load). The kernels
+// Registration of the two sgl-kernel CPU ops of csrc/cpu/kvcache.cpp, which SGLang 0.5.23 needs for
+// a Llama on a CPU: copy_all_layer_kv_cache_cpu (kernels/ops/kvcache/cache_move.py imports it at
+// load and calls it where KV moves between slots) and store_cache_cpu (memory_pool.py calls it only
+// on CPUs with AMX; without AMX K/V are written in plain torch). The kernels
 // themselves are sgl-kernel's csrc/cpu/kvcache.cpp, unmodified; the schemas are copied from its
 // csrc/cpu/torch_extension_cpu.cpp (sgl-kernel 44806dc50, Apache-2.0), which registers ~150 ops
 // whose sources need AMX or the whole library. Built by scripts/install_sglang_cpu.sh.
