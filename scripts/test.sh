@@ -20,6 +20,14 @@ else
     echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
 fi
 
+# SGLang 0.5.23's REAL server on the CPU (Scheduler, radix cache, HiCache) for tests/e2e/sglang_cpu/,
+# in a venv of its own on the same CPU torch (${GOLDEN_SGLANG_CPU_VENV:-$HOME/.cache/golden-replay/
+# sglang-cpu-venv}, 1.5 GB) with sgl-kernel's CPU kvcache ops built from vendor/ (cached in
+# ~/.cache/golden-replay/sgl-kernel-cpu). First run a few minutes, then under a second. The tests
+# start the server through it; without it they skip, naming this script.
+bash scripts/install_sglang_cpu.sh \
+    || echo "note: SGLang's CPU server could not be installed: tests/e2e/sglang_cpu will skip" >&2
+
 # SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/
 # (they skip, naming this script, without it).
 bash scripts/install_router.sh \
