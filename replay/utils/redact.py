@@ -24,6 +24,12 @@ _SECRET_PARTS = (
     "apikey", "api_key", "secret", "password", "passwd", "authorization", "credential",
     "private_key", "access_key", "cookie",
 )
+# `<qualifier>_key` names a credential (ADMIN_KEY, --auth-key, MASTER_KEY); other keys (cache_key,
+# sort_key) are not secrets.
+_KEY_QUALIFIERS = (
+    "admin", "auth", "master", "service", "signing", "encryption", "session", "license", "client",
+    "bearer", "user", "account", "hmac", "jwt", "root", "app",
+)
 # Tokenizer special-token names ("bos_token": "<s>") are not secrets.
 _BENIGN_TOKEN_PREFIXES = ("bos", "eos", "pad", "unk", "sep", "cls", "mask")
 _FLAG_RE = re.compile(
@@ -37,13 +43,15 @@ _URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+
 
 def is_secret_key(name: str) -> bool:
     """Whether a key or flag name names a credential: api_key, api-key, apiKey, secret,
-    password, authorization, hf_token, access_token, ... but not token counts or tokenizer
+    password, authorization, hf_token, access_token, admin_key, ... but not token counts or tokenizer
     settings (cached_tokens, max_total_tokens, token_lo, tokenizer_path, eos_token_id)."""
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.lstrip("-")).lower()
     snake = re.sub(r"[^a-z0-9]+", "_", snake).strip("_")
     if any(part in snake for part in _SECRET_PARTS):
         return True
     words = [w for w in snake.split("_") if w]
+    if len(words) > 1 and words[-1] == "key" and words[-2] in _KEY_QUALIFIERS:
+        return True
     if not words or not words[-1].endswith("token"):
         return False
     if words[-1] == "token" and len(words) > 1 and words[-2] in _BENIGN_TOKEN_PREFIXES:
@@ -92,6 +100,14 @@ def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
     return value
 
 
+def url_password(url: str) -> str | None:
+    """The password of `scheme://user:password@host` as written (None when there is none)."""
+    try:
+        return urlsplit(url).password or None
+    except ValueError:
+        return None
+
+
 def url_secrets(url: str) -> tuple[str, ...]:
     """The password of `scheme://user:password@host` and its HTTP Basic form, if any."""
     try:
@@ -118,6 +134,20 @@ def redact_secrets(value: Any) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     return value
+
+
+def argv_secrets(argv: Sequence[str]) -> list[str]:
+    """The values of secret-named flags in an argv list: `--api-key=X`, `--api-key X`, and the
+    value of `NAME=X` when NAME names a secret; in order, without repeats."""
+    found: list[str] = []
+    for i, item in enumerate(argv):
+        flag, eq, value = item.partition("=")
+        if eq and value and is_secret_key(flag):
+            found.append(value)
+        elif (not eq and item.startswith("-") and is_secret_key(item) and i + 1 < len(argv)
+              and argv[i + 1]):
+            found.append(argv[i + 1])
+    return list(dict.fromkeys(found))
 
 
 def _redact_argv(items: list[Any]) -> list[Any]:
