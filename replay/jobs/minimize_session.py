@@ -29,7 +29,7 @@ from replay.report.files import json_text, write_atomic
 from replay.jobs.minimize_output import MARKER, staged_out_dir
 from replay.jobs.repro_script import Secret, repro_sh
 from replay.utils.redact import argv_secrets, url_password
-from replay.jobs.session import ServerTarget, replay_golden
+from replay.jobs.session import ServerTarget, known_secrets, replay_golden, secrets_scrubbed
 
 SCHEMA = "golden-replay/minimize/1"
 # The failure classes, most telling first (ties in the count go to the earlier one).
@@ -136,7 +136,8 @@ def minimize_golden(golden_path: Path, target: ServerTarget, out: Path,
     failing = read_failing_report(report, golden) if report else None
     say = progress or (lambda line: None)
     started, first = time.monotonic(), 0
-    with staged_out_dir(out, force) as staging, target.serving(settings.client.api_key) as url:
+    with secrets_scrubbed(known_secrets(settings.client, target)), \
+            staged_out_dir(out, force) as staging, target.serving(settings.client.api_key) as url:
         server = ServerTarget(url=url)
         if failing is None:
             first = 1

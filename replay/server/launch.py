@@ -45,7 +45,7 @@ from replay.server.apis import check_api_name, get_api
 from replay.utils.errors import GoldenError, ServerError, UsageError
 from replay.server.gpu import choose_attention_backend
 from replay.server.process_group import exited_soon, stop_process_group
-from replay.utils.redact import redact_text
+from replay.utils.redact import REDACTED, argv_secrets, is_secret_key, redact_text, scrubbed_errors
 from replay.server.guard import watchdog
 
 LOOPBACK = "127.0.0.1"
@@ -63,6 +63,8 @@ PROFILE_KEYS = {
     "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids", "api",
 }
 TAIL_LINES = 6
+# The log's first lines are ours (the command, then the profile's variables): never in a tail.
+HEADER_PREFIXES = ("# golden-replay launch", "#   env ")
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
 TAIL_CHARS = 600
 # The tool's own secrets: never inherited by a launched server (a profile may still pass one on
@@ -271,15 +273,23 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
         proc = start_process(rendered, log_path, profile.name)
         dog.watch(proc.pid)  # from here the server dies with us, even on SIGKILL
         try:
-            wait_until_ready(proc, url, profile, log_path, api_key)
-            try:
-                yield url
-            except GoldenError as exc:
-                if exited_soon(proc, DEATH_GRACE):
-                    raise ServerError(f"{exc}; {died_message(profile, proc, log_path, 'during the run')}") from exc
-                raise
+            with scrubbed_errors(launch_secrets(rendered, api_key)):
+                wait_until_ready(proc, url, profile, log_path, api_key)
+                try:
+                    yield url
+                except GoldenError as exc:
+                    if exited_soon(proc, DEATH_GRACE):
+                        raise ServerError(f"{exc}; {died_message(profile, proc, log_path, 'during the run')}") from exc
+                    raise
         finally:
             stop_process_group(proc, profile.stop_timeout)
+
+
+def launch_secrets(rendered: Rendered, api_key: str | None) -> list[str]:
+    """The secret values a launched server may echo into its log: the API key, the values of
+    secret-named arguments and of the profile's secret-named variables."""
+    named = [v for k, v in rendered.env.items() if is_secret_key(k)]
+    return [s for s in (api_key, *argv_secrets(rendered.argv), *named) if s]
 
 
 @contextlib.contextmanager
@@ -330,9 +340,10 @@ def start_process(rendered: Rendered, log_path: Path, name: str) -> subprocess.P
     inherited = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
     env = {**inherited, "PYTHONUNBUFFERED": "1", **rendered.env}
     with open(log_path, "wb") as log:
-        header = f"# golden-replay launch {name}: {redact_text(rendered.shell())}\n"
+        header = f"{HEADER_PREFIXES[0]} {name}: {redact_text(rendered.shell())}\n"
         for k, v in rendered.env.items():
-            header += f"#   env {redact_text(f'{k}={shlex.quote(v)}')}\n"
+            shown = REDACTED if is_secret_key(k) else shlex.quote(v)
+            header += f"{HEADER_PREFIXES[1]}{redact_text(f'{k}={shown}')}\n"
         log.write(header.encode())
         log.flush()
         try:
@@ -443,8 +454,10 @@ def log_tail(log_path: Path, lines: int = TAIL_LINES) -> list[str]:
         return []
     kept = []
     for line in raw.replace("\r", "\n").splitlines():
+        if line.startswith(HEADER_PREFIXES):  # our own header, matched before any squeezing
+            continue
         line = " ".join(_ANSI.sub("", line).split())
-        if line and not line.startswith("# golden-replay launch") and not line.startswith("#   env "):
+        if line:
             line = redact_text(line)
             kept.append(line if len(line) <= 240 else line[:240] + "...")
     return kept[-lines:]

@@ -12,8 +12,9 @@ everything it hands on, and by the session in every error it reports.
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -85,6 +86,21 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
         if secret and secret in text:
             text = text.replace(secret, REDACTED)
     return text
+
+
+@contextlib.contextmanager
+def scrubbed_errors(secrets: Sequence[str]) -> Iterator[None]:
+    """Re-raise an exception of the tool (a launched server's log tail, an echoing server)
+    whose message holds one of `secrets` with each occurrence replaced."""
+    from replay.utils.errors import GoldenError
+
+    try:
+        yield
+    except GoldenError as exc:
+        clean = scrub(str(exc), secrets)
+        if clean == str(exc):
+            raise
+        raise type(exc)(clean) from None
 
 
 def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
