@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis import resolve_api
-from replay.server.apis.base import Api, Completion
+from replay.server.apis.base import Api, Completion, checked_counts
 from replay.server.transport import ClientOptions, ServerClient
 from replay.utils.errors import MalformedResponse
 
@@ -52,11 +52,11 @@ class Connection:
         try:
             if parse_text is not None:
                 text = await self.client.post_text(path, body, request_id, max_bytes=budget)
-                return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
-                                  vocab_size=vocab_size)
+                return checked_counts(parse_text(text, request_id, max_new_tokens=max_new_tokens,
+                                                 top_k=top_k, vocab_size=vocab_size), request_id)
             raw = await self.client.post(path, body, request_id, max_bytes=budget)
-            return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
-                                  vocab_size=vocab_size)
+            return checked_counts(self.api.parse(raw, request_id, max_new_tokens=max_new_tokens,
+                                                 top_k=top_k, vocab_size=vocab_size), request_id)
         except MalformedResponse as exc:  # its message may quote what the server sent
             raise MalformedResponse(self.client.scrub(str(exc))) from None
 
