@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -107,3 +108,43 @@ def test_ctrl_c_while_a_server_starts_is_one_line_and_exit_2(golden, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert err.strip() == "error: interrupted (Ctrl-C)"
+
+
+def start_golden_after_site(*args: str) -> subprocess.Popen:
+    """`golden` as its console script starts it (`from golden_cli.entry import main`), with
+    `-X importtime`, returned once the interpreter has imported `site`: what runs before any code
+    of ours (a Ctrl-C there is the interpreter's own fatal error, docs/reliability.md)."""
+    script = "import sys; from golden_cli.entry import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", script, *args], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    site_done = threading.Event()
+
+    def drain() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.rstrip().endswith("| site"):
+                site_done.set()
+        site_done.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    assert site_done.wait(60), "the interpreter never imported site"
+    proc.lines = lines  # type: ignore[attr-defined]
+    return proc
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.05, 0.1, 0.2, 0.4])
+def test_ctrl_c_while_golden_itself_starts_is_one_line_and_exit_2(golden, delay):
+    """From our first line on (imports of typer and the commands, argument parsing, the start
+    of the command): the one line and exit 2, never exit 130 in silence nor a traceback."""
+    proc = start_golden_after_site("replay", str(golden), "--server", "http://127.0.0.1:9", "-q")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    time.sleep(0.2)  # the drain thread reads the last lines
+    err = [ln for ln in proc.lines if not ln.startswith("import time:")]
+    if proc.returncode == 2 and not any("interrupted" in ln for ln in err):
+        pytest.skip(f"golden had already finished after {delay} s: {''.join(err).strip()}")
+    assert proc.returncode == 2, "".join(err)
+    assert "".join(err).strip() == "error: interrupted (Ctrl-C)"
