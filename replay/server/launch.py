@@ -44,7 +44,7 @@ import numpy as np
 from replay.server.apis import check_api_name, get_api
 from replay.utils.errors import GoldenError, ServerError, UsageError
 from replay.server.gpu import choose_attention_backend
-from replay.server.process_group import exited_soon, stop_process_group
+from replay.server.process_group import MARKER_ENV, exited_soon, new_marker, stop_process_group
 from replay.utils.redact import REDACTED, argv_secrets, is_secret_key, redact_text, scrubbed_errors
 from replay.server.guard import watchdog
 
@@ -265,13 +265,14 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
     port = free_port(host)
     url = f"http://{host}:{port}"
     backend = attention_choice(profile, attention_backend, notify)
+    marker = new_marker()  # every process of this launch carries it, in its group or not
     with scratch_directory(log_path.parent, profile.name) as scratch, \
-            watchdog(profile.stop_timeout, scratch) as dog:
+            watchdog(profile.stop_timeout, scratch, marker) as dog:
         rendered = render(profile, model=model, port=port, log_dir=log_path.parent, host=host,
                           fault=fault, extra_args=extra_args, scratch_dir=scratch,
                           attention_backend=backend)
-        proc = start_process(rendered, log_path, profile.name)
-        dog.watch(proc.pid)  # from here the server dies with us, even on SIGKILL
+        proc = start_process(rendered, log_path, profile.name, marker)
+        dog.watch(proc.pid)  # the dog knew the marker already; now it knows the group too
         try:
             with scrubbed_errors(launch_secrets(rendered, api_key)):
                 wait_until_ready(proc, url, profile, log_path, api_key)
@@ -282,7 +283,7 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
                         raise ServerError(f"{exc}; {died_message(profile, proc, log_path, 'during the run')}") from exc
                     raise
         finally:
-            stop_process_group(proc, profile.stop_timeout)
+            stop_process_group(proc, profile.stop_timeout, marker)
 
 
 def launch_secrets(rendered: Rendered, api_key: str | None) -> list[str]:
@@ -334,11 +335,15 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
-def start_process(rendered: Rendered, log_path: Path, name: str) -> subprocess.Popen[bytes]:
+def start_process(rendered: Rendered, log_path: Path, name: str,
+                  marker: str = "") -> subprocess.Popen[bytes]:
     """The server in its own session (so its own process group, out of reach of the terminal's
-    Ctrl-C), stdout and stderr into the log, which starts with the command (secrets redacted)."""
+    Ctrl-C), stdout and stderr into the log, which starts with the command (secrets redacted);
+    its environment carries the launch `marker` (replay/server/process_group.py)."""
     inherited = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
     env = {**inherited, "PYTHONUNBUFFERED": "1", **rendered.env}
+    if marker:
+        env[MARKER_ENV] = marker
     with open(log_path, "wb") as log:
         header = f"{HEADER_PREFIXES[0]} {name}: {redact_text(rendered.shell())}\n"
         for k, v in rendered.env.items():
