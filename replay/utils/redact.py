@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from replay.utils.errors import GoldenError
+
 REDACTED = "<redacted>"
 
 
@@ -92,8 +94,6 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
 def scrubbed_errors(secrets: Sequence[str]) -> Iterator[None]:
     """Re-raise an exception of the tool (a launched server's log tail, an echoing server)
     whose message holds one of `secrets` with each occurrence replaced."""
-    from replay.utils.errors import GoldenError
-
     try:
         yield
     except GoldenError as exc:
