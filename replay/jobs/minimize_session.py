@@ -132,6 +132,10 @@ def minimize_golden(golden_path: Path, target: ServerTarget, out: Path,
                     report: Path | None = None, force: bool = False,
                     progress: Progress | None = None) -> Result:
     """Minimize the failing replay of `golden_path` against `target`; write `out`."""
+    out_abs, logs_abs = Path(out).absolute(), Path(target.log_dir).absolute()
+    if target.profile is not None and (logs_abs == out_abs or out_abs in logs_abs.parents):
+        raise UsageError(f"--log-dir {target.log_dir} is inside --out {out}: the output directory "
+                         "is published whole at the end; put the server's log elsewhere")
     golden = read_golden(golden_path)
     failing = read_failing_report(report, golden) if report else None
     say = progress or (lambda line: None)

@@ -118,3 +118,11 @@ def test_a_full_disk_while_writing_the_outputs_leaves_no_output_at_all(golden, t
     assert "No space left on device" in res.output and str(out) in res.output
     assert not out.exists()  # no golden, no report, no repro.sh that exits 0
     assert [p.name for p in tmp_path.iterdir()] == []  # and no staging directory
+
+
+def test_a_log_dir_inside_out_is_refused_before_the_server_starts(golden, tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["minimize", str(golden), "--out", str(out), "--launch",
+                              "embedded-hicache", "--log-dir", str(out / "logs"), "-q"])
+    assert res.exit_code == 2 and "--log-dir" in res.output, res.output
+    assert not out.exists()
