@@ -20,6 +20,11 @@ else
     echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
 fi
 
+# SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/
+# (they skip, naming this script, without it).
+bash scripts/install_router.sh \
+    || echo "note: sglang-router could not be installed: the router tests will skip" >&2
+
 # Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -21,12 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:
-    from replay.judge.diff import Policy
 
 # The plugin is loaded into every pytest run of an environment that has golden-replay installed,
 # so the tool itself (numpy, zarr, aiohttp, rich) is imported only when a test asks for it.
@@ -66,7 +63,7 @@ def golden_server(request: pytest.FixtureRequest,
     if not server and not launch:
         pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
     from replay.utils.errors import GoldenError
-    from replay.jobs.session import ServerTarget
+    from replay.server.target import ServerTarget
 
     log_dir_opt = config.getoption("golden_log_dir")
     log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
@@ -93,9 +90,9 @@ def _say(config: pytest.Config) -> Callable[[str], None]:
 
 @pytest.fixture
 def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenReplay:
-    """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
-    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch,
-    allow_numerics_mismatch, shard, concurrency, timeout, api."""
+    """`golden_replay(path, **options) -> report dict`; options as in `golden replay`: every
+    field of ReplayOptions (policy, schedule, repeat, expect_cache, require_tier,
+    allow_model_mismatch, allow_numerics_mismatch, ...), shard, concurrency, timeout, api."""
     from replay.report.views import first_failure_lines, verdict_line
     from replay.report.files import write_reports
 
@@ -118,27 +115,24 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     return run
 
 
-def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exact",
-                  schedule: str = "lockstep", repeat: int = 1, expect_cache: str = "auto",
-                  require_tier: str | None = None, allow_model_mismatch: bool = False,
-                  allow_numerics_mismatch: bool = False, shard: str | None = None, concurrency: int = 16,
-                  timeout: float = 900.0, api: str = "auto") -> dict[str, Any]:
-    """One replay as a report dict. Bad options raise UsageError (a mistake in the test itself,
-    shown as such); everything else that prevents a verdict is an `error` report."""
+def replay_golden(url: str, golden_path: Path, *, shard: str | None = None,
+                  concurrency: int = 16, timeout: float = 900.0, api: str = "auto",
+                  **options: Any) -> dict[str, Any]:
+    """One replay as a report dict; `options` are ReplayOptions' fields (policy, schedule,
+    repeat, expect_cache, ...: those of `golden replay`). Bad options raise UsageError (a mistake
+    in the test itself, shown as such); everything else that prevents a verdict is an `error`
+    report."""
     from replay.jobs import session
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
     from replay.golden.shard import parse_shard
 
-    options = ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
-                            expect_cache=expect_cache, require_tier=require_tier,
-                            allow_model_mismatch=allow_model_mismatch,
-                            allow_numerics_mismatch=allow_numerics_mismatch)
+    replay_options = ReplayOptions(**options)
     copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
     if shard is not None:
         parse_shard(shard)
-    return session.replay_golden(golden_path, session.ServerTarget(url=url), options, copts,
-                                 api=api, shard=shard)
+    return session.replay_golden(golden_path, session.ServerTarget(url=url), replay_options,
+                                 copts, api=api, shard=shard)
 
 
 def resolve_golden_path(path: Path, test_dir: Path) -> Path:

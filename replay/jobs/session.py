@@ -17,14 +17,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
 from replay.utils import aio
 from replay.judge.cache_check import server_flag
 from replay.server.transport import ClientOptions
+from replay.server.apis.base import Api
 from replay.server.connection import Connection, connect
+from replay.server.target import ServerTarget
 from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
 from replay.golden.fingerprint import model_identity, redact_url
 from replay.golden.model import Golden
@@ -42,44 +43,6 @@ Tick = Callable[[str], None]
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
 DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
-
-
-@dataclass(frozen=True)
-class ServerTarget:
-    """Where the server is: a running one (`url`) or a launch profile to start and stop."""
-
-    url: str | None = None
-    profile: str | None = None  # a built-in profile name or a TOML file
-    model: str | None = None  # for profiles that need one
-    log_dir: Path = Path("golden-logs")
-    fault: str | None = None  # embedded-engine profiles only
-    extra_args: tuple[str, ...] = field(default_factory=tuple)
-    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
-    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.profile is None):
-            raise UsageError("give exactly one of --server URL or --launch PROFILE")
-        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
-            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
-                             "--launch")
-
-    @property
-    def label(self) -> str:
-        """How reports name the server before it answers (credentials never shown)."""
-        if self.url:
-            return redact_url(self.url)
-        name = str(self.profile)
-        return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
-
-    def serving(self, api_key: str | None = None) -> ContextManager[str]:
-        """A context yielding the URL: the given one, or a launched server's (always stopped;
-        `api_key` goes with its warm-up request, for a server started with one)."""
-        from replay.server.launch import server_for  # subprocess machinery only when launching
-
-        return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
-                          extra_args=self.extra_args, attention_backend=self.attention_backend,
-                          notify=self.notify, api_key=api_key)
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
@@ -119,6 +82,7 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
             total = len(loaded.requests) * options.repeat
             with _progress(progress, f"replay {Path(name).name}", total) as tick:
                 result = aio.run(_replay(url, loaded, name, options, client, api, tick))
+            routed(result, loaded, url)
         compared_nothing(result)
     except GoldenError as exc:
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
@@ -129,6 +93,17 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
                            error=scrub(unexpected(exc), secrets))
     return report_dict(result, golden=name, server=server, policy=str(options.policy))
+
+
+def routed(result: Any, golden: Golden, url: str) -> None:
+    """Through a launched topology (workers behind SGLang's router): who served each request,
+    and which misses the routing caused (replay/jobs/routing.py)."""
+    from replay.server.topology import RoutedURL
+
+    if isinstance(url, RoutedURL):
+        from replay.jobs.routing import apply_routing
+
+        apply_routing(result, golden, url.topology)
 
 
 def unexpected(exc: BaseException) -> str:
@@ -182,9 +157,10 @@ class ModelChanged(ModelMismatch):
     """The server's model changed while the reference was being recorded: nothing was written."""
 
 
-def reference_warnings(server_info: dict[str, Any]) -> list[str]:
-    """What is suspicious about a server used to record a reference."""
-    if not server_flag(server_info, "disable_radix_cache"):
+def reference_warnings(server_info: dict[str, Any], api: Api) -> list[str]:
+    """What is suspicious about a server used to record a reference (through `api`, whose own
+    requests may turn reuse off: its `bypasses_cache` trait)."""
+    if not api.bypasses_cache and not server_flag(server_info, "disable_radix_cache"):
         return ["the server has its radix cache on; a reference should be recorded with the "
                 "cache disabled (a reference profile such as sglang-reference)"]
     return []
@@ -238,7 +214,7 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     from replay.run.recorder import NonDeterministicReference
 
     facts = await server_facts(conn)
-    for warning in reference_warnings(facts.server_info):
+    for warning in reference_warnings(facts.server_info, conn.api):
         if notify:
             notify(f"warning: {warning}")
     journal, already = None, {}

@@ -53,6 +53,9 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "first_divergence": first,
         "token_divergence_position": d.token_position,
     }
+    if o.worker is not None:  # replayed through a router (docs/topologies.md)
+        out["worker"] = o.worker
+        out["routing_note"] = o.routing_note
     if d.status != IDENTICAL:
         n = min(DETAIL_POSITIONS, len(d.abs_delta))
         out["detail"] = {
@@ -111,6 +114,7 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "cached_tokens_by_tier": result.tiers,
         },
         "numerics": result.numerics,
+        **({"routing": result.routing} if result.routing is not None else {}),
         "golden_meta": result.golden_meta,
         "server_meta": result.server_meta,
         "requests": [outcome_dict(o) for o in outcomes],

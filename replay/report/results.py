@@ -27,6 +27,8 @@ class RequestOutcome:
     top: dict[str, Any] | None = None  # top-k of both sides at the first divergence
     num_retractions: int = 0  # times the server retracted this request (meta_info)
     retraction_lag: int = 0  # checkpoint lag allowed because its parent was retracted
+    worker: int | None = None  # behind a router: the worker that served it (replay/jobs/routing.py)
+    routing_note: str | None = None  # a shortfall the routing explains (not a cache bug)
 
     @property
     def status(self) -> str:
@@ -54,6 +56,9 @@ class ReplayResult:
     server_meta: dict[str, Any] = field(default_factory=dict)
     storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
     numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
+    routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
+    # workers share one L3 directory: a turn-0 branch > 0 may reuse its group prefix from there
+    siblings_share_storage: bool = False
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
@@ -64,7 +69,8 @@ class ReplayResult:
         return [{"id": o.id, "repeat": o.repeat, "storage": o.cached_details.get("storage", 0)}
                 for o in self.outcomes
                 if o.cached_details.get("storage", 0) > 0
-                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0]
+                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0
+                and not (self.siblings_share_storage and (parse_request_id(o.id) or (0, 0, 0))[1] > 0)]
 
     @property
     def warnings(self) -> list[str]:

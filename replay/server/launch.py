@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import numpy as np
 
@@ -302,30 +302,6 @@ def scratch_directory(parent: Path, name: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def server_for(server: str | None, launch: str | None, model: str | None, log_dir: Path, *,
-               fault: str | None = None, extra_args: Sequence[str] = (),
-               attention_backend: str | None = None, notify: Notify | None = None,
-               api_key: str | None = None) -> ContextManager[str]:
-    """`--server URL` or `--launch PROFILE` (exactly one) as a context manager yielding a URL.
-    `api_key` goes with the launched server's warm-up request (a server started with one).
-
-    The profile is loaded and its values checked here, before anything starts, so a typo or a
-    missing --model is reported at once.
-    """
-    if (server is None) == (launch is None):
-        raise UsageError("give exactly one of --server URL or --launch PROFILE")
-    if server is not None:
-        if fault or extra_args or attention_backend:
-            raise UsageError("--fault, --server-arg and --attention-backend apply only with --launch")
-        return contextlib.nullcontext(server)
-    assert launch is not None
-    profile = load_profile(launch)
-    check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
-    return launched(profile, model=model, log_path=Path(log_dir) / f"{profile.name}.log",
-                    fault=fault, extra_args=extra_args, attention_backend=attention_backend,
-                    notify=notify, api_key=api_key)
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -15,8 +15,8 @@ import pytest
 from replay.server.transport import ServerClient
 from replay.utils.errors import ServerError, UsageError
 from replay.server.launch import (
-    attention_choice, log_tail, builtin_profile_names, http_status, launched, load_profile, parse_profile,
-    render, server_for,
+    attention_choice, builtin_profile_names, http_status, launched, load_profile, log_tail,
+    parse_profile, render,
 )
 from replay.server.process_group import group_members
 from tests.data.fake_servers.helpers import fake_profile
@@ -198,21 +198,6 @@ def test_bad_profiles_are_usage_errors(text, message):
 def test_unknown_profile_name_lists_the_builtins():
     with pytest.raises(UsageError, match="sglang-hicache-seed"):
         load_profile("no-such-profile")
-
-
-def test_server_for_wants_exactly_one_of_server_and_launch(tmp_path):
-    with pytest.raises(UsageError, match="exactly one"):
-        server_for(None, None, None, tmp_path)
-    with pytest.raises(UsageError, match="exactly one"):
-        server_for("http://x", "embedded-reference", None, tmp_path)
-    with server_for("http://127.0.0.1:1", None, None, tmp_path) as url:
-        assert url == "http://127.0.0.1:1"
-
-
-def test_server_for_checks_the_model_before_starting_anything(tmp_path):
-    with pytest.raises(UsageError, match="needs a model"):
-        server_for(None, "sglang-reference", None, tmp_path)
-    assert not list(tmp_path.iterdir())
 
 
 # --- process life cycle -------------------------------------------------------------------------
