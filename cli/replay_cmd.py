@@ -77,7 +77,7 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
     from golden_cli.options import interruption
     from replay.report.document import report_dict
     from replay.report.files import remove_stale, write_reports
-    from replay.jobs.session import replay_golden
+    from replay.jobs.session import replay_golden, run_setup
 
     remove_stale(report, junit, html)
     try:
@@ -85,7 +85,8 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                             progress=progress_bars(quiet))
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
         doc = report_dict(None, golden=str(golden_path), server=target.label,
-                          policy=str(options.policy), error=interruption(exc))
+                          policy=str(options.policy), error=interruption(exc),
+                          setup=run_setup(target, options, shard))
         write_reports(doc, report=report, junit=junit, html=html)
         raise
     write_reports(doc, report=report, junit=junit, html=html)

@@ -22,7 +22,7 @@ from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
 from replay.report.document import SCHEMA, report_dict
 from replay.report.views import junit_xml
-from replay.jobs.session import ProgressBar, load_golden, replay_golden
+from replay.jobs.session import ProgressBar, load_golden, replay_golden, run_setup
 
 Notify = Callable[[str], None]
 
@@ -56,9 +56,10 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
     except UsageError:
         raise
     except GoldenError as exc:
-        for p in profiles:
+        for target, p in zip(targets, profiles):
             reports[p.name] = report_dict(None, golden=golden_name, server=f"launch:{p.name}",
-                                          policy=str(options.policy), error=str(exc))
+                                          policy=str(options.policy), error=str(exc),
+                                          setup=run_setup(target, options, shard))
             reports[p.name]["profile"] = p.name
         return matrix_document(golden_name, options, profiles, reports, shard)
     for target, p in zip(targets, profiles):

@@ -8,8 +8,11 @@ starts one server for the whole session and stops it at the end), `--golden-mode
 that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
 visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
 `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
-keep every replay's JSON report (CI artifacts). Without a server option the tests that use
-`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator.
+keep every replay's JSON report (CI artifacts), `--golden-api-key KEY` (or the environment's
+GOLDEN_API_KEY) for a server started with an API key. Without a server option the tests that use
+`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator; an
+option given empty (`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip,
+and an unreachable server errors every test that uses it.
 
 Verdicts map onto pytest's own: `pass` returns the report dict, `fail` fails the test with the
 same first-divergence lines the CLI prints, `error` (no verdict: unreachable server, unreadable
@@ -18,6 +21,7 @@ golden, model mismatch) raises GoldenReplayError and is counted as an error, nev
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +55,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Where launched servers write their logs (default: a pytest temp dir).")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,
                     help="Write each replay's JSON report here, named after the test.")
+    group.addoption("--golden-api-key", metavar="KEY", default=None,
+                    help=f"Bearer token for the server (or {API_KEY_ENV}); never written anywhere.")
+
+
+API_KEY_ENV = "GOLDEN_API_KEY"
+NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An option given with an empty value is a mistake (typically an unset CI variable), not a
+    request to skip: refused before any test runs."""
+    for name in NOT_EMPTY:
+        value = config.getoption(name, default=None)
+        if value is not None and not str(value).strip():
+            flag = "--" + name.replace("_", "-")
+            raise pytest.UsageError(f"{flag} is empty (an unset CI variable?): give a value, or "
+                                    "leave the option out to skip the golden tests")
+
+
+def api_key(config: pytest.Config) -> str | None:
+    """--golden-api-key, else GOLDEN_API_KEY (an empty variable counts as unset)."""
+    return config.getoption("golden_api_key") or os.environ.get(API_KEY_ENV) or None
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +98,7 @@ def golden_server(request: pytest.FixtureRequest,
                               model=config.getoption("golden_model"), log_dir=log_dir,
                               attention_backend=config.getoption("golden_attention_backend"),
                               notify=_say(config))
-        with target.serving() as url:
+        with target.serving(api_key(config)) as url:
             yield url
     except GoldenError as exc:
         pytest.fail(f"golden server: {exc}", pytrace=False)
@@ -98,11 +124,12 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
 
     report_dir = request.config.getoption("golden_report_dir")
     api = request.config.getoption("golden_api")
+    key = api_key(request.config)
     test_dir = request.path.parent
 
     def run(path: str | Path, **options: Any) -> dict[str, Any]:
         golden_path = resolve_golden_path(Path(path), test_dir)
-        doc = replay_golden(golden_server, golden_path, **{"api": api, **options})
+        doc = replay_golden(golden_server, golden_path, **{"api": api, "api_key": key, **options})
         if report_dir:
             Path(report_dir).mkdir(parents=True, exist_ok=True)
             write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
@@ -117,7 +144,7 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
 
 def replay_golden(url: str, golden_path: Path, *, shard: str | None = None,
                   concurrency: int = 16, timeout: float = 900.0, api: str = "auto",
-                  **options: Any) -> dict[str, Any]:
+                  api_key: str | None = None, **options: Any) -> dict[str, Any]:
     """One replay as a report dict; `options` are ReplayOptions' fields (policy, schedule,
     repeat, expect_cache, ...: those of `golden replay`). Bad options raise UsageError (a mistake
     in the test itself, shown as such); everything else that prevents a verdict is an `error`
@@ -128,7 +155,7 @@ def replay_golden(url: str, golden_path: Path, *, shard: str | None = None,
     from replay.golden.shard import parse_shard
 
     replay_options = ReplayOptions(**options)
-    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
+    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
     if shard is not None:
         parse_shard(shard)
     return session.replay_golden(golden_path, session.ServerTarget(url=url), replay_options,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ContextManager
 
@@ -26,18 +27,19 @@ from replay.server.transport import ClientOptions
 from replay.server.apis.base import Api
 from replay.server.connection import Connection, connect
 from replay.server.target import ServerTarget
-from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
+from replay.utils.errors import (GoldenError, GoldenFormatError, ModelMismatch, NumericsMismatch,
+                                 UsageError)
 from replay.golden.fingerprint import model_identity, redact_url
 from replay.golden.model import Golden
 from replay.golden.meaning import check_meaning
-from replay.golden.store import read_golden, write_golden
+from replay.golden.store import content_checksum, read_golden, write_golden
 from replay.run.journal import Journal, journal_path
 from replay.run.recorder import RecordOptions, record, server_facts
 from replay.utils.redact import argv_secrets, scrub, url_secrets
 from replay.run.replayer import ReplayOptions, replay
-from replay.report.document import report_dict
+from replay.report.document import RunSetup, report_dict
 from replay.golden.scenario import Plan
-from replay.golden.shard import shard_golden
+from replay.golden.shard import parse_shard, shard_golden
 
 Tick = Callable[[str], None]
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
@@ -46,10 +48,27 @@ DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its t
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
-    """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded."""
+    """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded; its
+    `checksum` names the whole golden's content (a shard keeps it)."""
     loaded = read_golden(golden) if isinstance(golden, Path) else golden
     check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
+    if loaded.checksum is None:
+        loaded = replace(loaded, checksum=content_checksum(loaded))
     return shard_golden(loaded, shard) if shard else loaded
+
+
+def shard_of(golden: Golden) -> str | None:
+    """"i/n" for a sharded golden (sharded here or by the caller, e.g. the matrix), else None."""
+    meta = golden.meta.get("shard")
+    return f"{meta['index']}/{meta['count']}" if isinstance(meta, dict) else None
+
+
+def run_setup(target: "ServerTarget", options: ReplayOptions, shard: str | None,
+              checksum: str | None = None) -> RunSetup:
+    """What a replay report records of what was asked (docs/report.md)."""
+    return RunSetup(golden_sha256=checksum, shard=str(parse_shard(shard)) if shard else None,
+                    repeat=options.repeat, expect_cache=options.expect_cache,
+                    require_tier=options.require_tier, target=target.setup_label)
 
 
 @contextlib.contextmanager
@@ -75,8 +94,10 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
     name = name or (str(golden) if isinstance(golden, Path) else "in-memory")
     server = target.label
     secrets = known_secrets(client, target)
+    setup = run_setup(target, options, shard)
     try:
         loaded = load_golden(golden, shard)
+        setup = replace(setup, golden_sha256=loaded.checksum, shard=shard_of(loaded))
         with target.serving(client.api_key) as url:
             server = redact_url(url)
             total = len(loaded.requests) * options.repeat
@@ -85,14 +106,18 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
             routed(result, loaded, url)
         compared_nothing(result)
     except GoldenError as exc:
-        return report_dict(None, golden=name, server=server, policy=str(options.policy),
-                           error=scrub(str(exc), secrets))
+        doc = report_dict(None, golden=name, server=server, policy=str(options.policy),
+                          error=scrub(str(exc), secrets), setup=setup)
+        if isinstance(exc, NumericsMismatch) and exc.numerics is not None:
+            doc["numerics"] = exc.numerics  # which fields differed, as documented
+        return doc
     except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
         if os.environ.get(DEBUG_ENV):
             raise
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
-                           error=scrub(unexpected(exc), secrets))
-    return report_dict(result, golden=name, server=server, policy=str(options.policy))
+                           error=scrub(unexpected(exc), secrets), setup=setup)
+    return report_dict(result, golden=name, server=server, policy=str(options.policy),
+                       setup=setup)
 
 
 def routed(result: Any, golden: Golden, url: str) -> None:

@@ -75,16 +75,29 @@ class ReplayResult:
     @property
     def warnings(self) -> list[str]:
         """Things a reader must know that do not change the verdict by themselves."""
+        notes = []
         stale = self.storage_hits_after_clear
-        if not stale:
-            return []
-        return [f"{len(stale)} turn-0 request(s) were served from L3 storage in a repeat that "
-                "began by clearing it: the clear did not empty the tier, so the repeat did not "
-                "start cold"]
+        if stale:
+            notes.append(f"{len(stale)} turn-0 request(s) were served from L3 storage in a "
+                         "repeat that began by clearing it: the clear did not empty the tier, so "
+                         "the repeat did not start cold")
+        if self.require_tier and self.tier_deferred:
+            notes.append(f"--require-tier {self.require_tier} is judged over the whole golden "
+                         "by `golden report --merge` (this shard alone saw "
+                         f"{self.require_tier}={self.tiers.get(self.require_tier, 0)} tokens)")
+        return notes
+
+    @property
+    def tier_deferred(self) -> bool:
+        """A shard of several: whether the tier was used depends on the cache pressure of the
+        whole golden (a shard may fit the device pool), so the merge judges it."""
+        shard = self.golden_meta.get("shard")
+        return isinstance(shard, dict) and shard.get("count", 1) > 1
 
     @property
     def tier_problem(self) -> str | None:
-        if self.require_tier and self.tiers.get(self.require_tier, 0) == 0:
+        if self.require_tier and not self.tier_deferred \
+                and self.tiers.get(self.require_tier, 0) == 0:
             seen = ", ".join(f"{k}={v}" for k, v in sorted(self.tiers.items())) or "none"
             return f"no cache hits came from the {self.require_tier} tier (tokens by tier: {seen})"
         return None

@@ -91,7 +91,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     numerics = compare_numerics(golden.meta.get("server_info", {}), server_info)
     if numerics.differing and not options.allow_numerics_mismatch:
         raise NumericsMismatch(f"{numerics.mismatch_line()} (pass --allow-numerics-mismatch "
-                               "to replay anyway)")
+                               "to replay anyway)", numerics.as_dict(allowed=False))
     check_sampling_defaults(model_info, {**golden.sampling, "max_new_tokens": 0})
     expectation = parse_expectation(options.expect_cache, server_info, model_info,
                                     conn.api.expect_cache_auto)

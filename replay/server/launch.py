@@ -47,6 +47,7 @@ from replay.server.gpu import choose_attention_backend
 from replay.server.process_group import MARKER_ENV, exited_soon, new_marker, stop_process_group
 from replay.utils.redact import REDACTED, argv_secrets, is_secret_key, redact_text, scrubbed_errors
 from replay.server.guard import watchdog
+from replay.server.listener import Unconfirmed, confirm_listener
 
 LOOPBACK = "127.0.0.1"
 # Placeholders a profile may use. The launcher fills python, host, port, log_dir, scratch_dir and
@@ -276,6 +277,7 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
         try:
             with scrubbed_errors(launch_secrets(rendered, api_key)):
                 wait_until_ready(proc, url, profile, log_path, api_key)
+                confirm_ours(proc, port, profile)
                 try:
                     yield url
                 except GoldenError as exc:
@@ -346,6 +348,16 @@ def wait_until_ready(proc: subprocess.Popen[bytes], url: str, profile: LaunchPro
         warm_up(proc, url, profile, deadline, log_path, api_key)
     if proc.poll() is not None:  # whatever answered, it was not our server (e.g. a port race)
         raise ServerError(died_message(profile, proc, log_path, "while starting"))
+
+
+def confirm_ours(proc: subprocess.Popen[bytes], port: int, profile: LaunchProfile) -> None:
+    """The port that answered is held by the launched process (or its children), not by a
+    stranger that took it first (replay/server/listener.py); else a ServerError (exit 2)."""
+    try:
+        confirm_listener(proc.pid, port)
+    except Unconfirmed as exc:
+        raise ServerError(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
+                          "a server that may not be the launched one") from None
 
 
 def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile,

@@ -50,6 +50,15 @@ class ServerTarget:
         name = str(self.profile)
         return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
 
+    @property
+    def setup_label(self) -> str:
+        """The label plus what changes the launched server's behaviour (the fault, the pinned
+        attention backend), so shard reports of different servers never merge. Server args are
+        left out: they may hold secrets."""
+        extra = [f"fault={self.fault}"] if self.fault else []
+        extra += [f"attention_backend={self.attention_backend}"] if self.attention_backend else []
+        return " ".join([self.label, *extra])
+
     def launch_profile(self) -> "LaunchProfile":
         """The profile, loaded and checked against the launch fields (a missing --model, a
         fault it cannot take): a UsageError before anything starts."""
