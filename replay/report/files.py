@@ -17,7 +17,8 @@ from typing import Any
 from replay.history import HISTORY_ENV
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
+    """`text` into `path`, whole or not at all; `mode` (e.g. 0o755) is set before the rename."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
@@ -25,6 +26,8 @@ def write_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
         os.replace(tmp, path)
     except OSError as exc:  # e.g. a full disk: name the file, not the temporary one
         Path(tmp).unlink(missing_ok=True)
