@@ -31,7 +31,7 @@ def serve(
     profile: str = typer.Option("reference", "--profile", help="reference | radix | hicache | hicache-write-back | hicache-layer-first | hicache-storage."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(30000, "--port", help="0: any free port."),
-    fault: str = typer.Option(None, "--fault", help="Inject one cache bug (see docs/faults.md).", show_default=False),
+    fault: str = typer.Option(None, "--fault", help="Inject one cache bug (`golden faults` lists them with the profile each needs; docs/faults.md).", show_default=False),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default cpu).", show_default=False),
     model: str = typer.Option(None, "--model", help="Model config: tiny (default), small, medium.", show_default=False),
     seed: int = typer.Option(None, "--seed", help="Weight seed (default 0).", show_default=False),
@@ -62,8 +62,9 @@ def serve(
 def serve_sglang_frontend(profile: str, host: str, port: int, fault: str | None,
                           device: str | None, model: str | None, seed: int | None,
                           api_key: str | None) -> int:
-    """Run `python -m replay.sglang_frontend` in the foreground (it finds SGLang's venv itself)."""
-    import subprocess
+    """Become `python -m replay.sglang_frontend` (exec, so SIGTERM, SIGINT and SIGHUP reach its
+    supervisor, which stops SGLang's whole process tree; it finds SGLang's venv itself)."""
+    import os
     import sys
 
     engine_options(profile, host=host, port=port, fault=fault, model=model, seed=seed)  # checks
@@ -75,17 +76,17 @@ def serve_sglang_frontend(profile: str, host: str, port: int, fault: str | None,
                         ("--api-key", api_key)):
         if value is not None:
             argv += [flag, str(value)]
-    try:
-        return subprocess.call(argv)
-    except KeyboardInterrupt:
-        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return 2  # not reached
 
 
 def demo(
     out: Path = typer.Option(Path("demo-out"), "--out", help="Directory for the golden and the reports."),
     scenario: str = typer.Option("hicache-branching", "--scenario", help="Preset name or TOML file."),
-    replay_profile: str = typer.Option("hicache", "--replay-profile", help="Engine profile to replay against."),
-    fault: str = typer.Option(None, "--fault", help="Inject a cache bug into the replay server to see it caught.", show_default=False),
+    replay_profile: str = typer.Option(None, "--replay-profile", help="Engine profile to replay against (default: hicache, or the profile --fault needs: `golden faults`).", show_default=False),
+    fault: str = typer.Option(None, "--fault", help="Inject a cache bug into the replay server to see it caught (`golden faults` lists them).", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """The whole loop on the embedded engine: serve `reference`, record, serve `hicache`
@@ -99,6 +100,7 @@ def demo(
     from replay.jobs.session import ServerTarget, record_golden
 
     engine_modules()  # a clear error now if torch is missing
+    replay_profile = demo_profile(fault, replay_profile)
     spec = load_scenario(scenario)
     out.mkdir(parents=True, exist_ok=True)
     golden_path = out / f"{safe_name(spec.name)}.zarr"
@@ -120,6 +122,43 @@ def demo(
     render.err.print(f"reports: {out / 'report.json'}, {out / 'report.html'}; server logs: {logs}",
                      markup=False)
     raise typer.Exit(code)
+
+
+def demo_profile(fault: str | None, asked: str | None) -> str:
+    """The replay profile: the one asked for, else the one the fault needs. Checked before any
+    work: an unknown fault or profile is exit 2 at once, and a fault that the chosen profile or a
+    replay cannot reach says so on stderr."""
+    from golden_cli import render
+    from replay.jobs.detection import BEYOND_REPLAY, profile_for
+
+    _, _, faults = engine_modules()
+    try:
+        faults.check_fault(fault)
+    except ValueError as exc:
+        raise UsageError(f"{exc}; `golden faults` lists them with the profile each needs") from None
+    profile = asked or profile_for(fault)
+    engine_options(profile)  # an unknown profile: exit 2 now, not after the recording
+    if fault is not None and profile != profile_for(fault):
+        render.err.print(f"warning: fault {fault} breaks a path of profile {profile_for(fault)}; "
+                         f"on {profile} it may never fire (drop --replay-profile to use "
+                         f"{profile_for(fault)})", markup=False)
+    if fault in BEYOND_REPLAY:
+        render.err.print(f"warning: fault {fault} breaks a path a golden replay never takes "
+                         "(prompt logprobs): the replay will pass", markup=False)
+    return profile
+
+
+def faults_cmd() -> None:
+    """List the embedded engine's injectable cache bugs and the profile each needs."""
+    from golden_cli import render
+
+    engine_modules()
+    from replay.jobs.detection import fault_catalogue
+
+    for info in fault_catalogue():
+        seen = "" if info.replay_sees_it else " [a replay never takes this path]"
+        render.out.print(f"{info.name}  (profile {info.profile}){seen}: {info.description}",
+                         markup=False)
 
 
 def safe_name(name: str) -> str:

@@ -33,8 +33,22 @@ app = typer.Typer(
 )
 
 
+def print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"golden-replay {version('golden-replay')}")
+        except PackageNotFoundError:
+            typer.echo("golden-replay (not installed: run from a checkout)")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def main(debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1).")) -> None:
+def main(
+    debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1)."),
+    version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"
 
@@ -51,3 +65,4 @@ app.command("minimize")(exits_cleanly(minimize_cmd.minimize))
 app.add_typer(profiles_cmd.app, name="profiles")
 app.command("serve")(exits_cleanly(engine_cmds.serve, signals=False))
 app.command("demo")(exits_cleanly(engine_cmds.demo))
+app.command("faults")(exits_cleanly(engine_cmds.faults_cmd))

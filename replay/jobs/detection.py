@@ -34,6 +34,22 @@ def profile_for(fault: str | None) -> str:
     return FAULT_PROFILES.get(fault or "", "hicache")
 
 
+@dataclass(frozen=True)
+class FaultInfo:
+    """What `golden faults` lists: a fault, the engine profile whose cache path it breaks, and
+    whether a golden replay can see it at all."""
+
+    name: str
+    profile: str
+    description: str
+    replay_sees_it: bool
+
+
+def fault_catalogue() -> list[FaultInfo]:
+    return [FaultInfo(name, profile_for(name), description, name not in BEYOND_REPLAY)
+            for name, description in FAULTS.items()]
+
+
 def record_reference(spec: ScenarioSpec, model: HybridModel) -> Golden:
     with start_server(profile_options("reference", model=model.config.name, seed=model.seed),
                       model=model) as server:
