@@ -64,6 +64,8 @@ def merge_reports(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                                 if d.get("expect_cache") is not None)) or None,
         "require_tier": docs[0].get("require_tier"),
         "tier_problem": _tier_problem(docs, summaries),
+        "no_cache_hits": _no_cache_hits(docs),
+        "hit_problem": _hit_problem(docs),
         "summary": _summary(summaries, requests) if summaries else None,
         "golden_meta": docs[0].get("golden_meta"),
         "server_meta": docs[0].get("server_meta"),
@@ -71,9 +73,22 @@ def merge_reports(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                          "shard": (d.get("golden_meta") or {}).get("shard")} for d in docs],
         "requests": requests,
     }
-    if merged["tier_problem"] and merged["verdict"] == "pass":
+    if (merged["tier_problem"] or merged["hit_problem"]) and merged["verdict"] == "pass":
         merged["verdict"] = "fail"
     return merged
+
+
+def _no_cache_hits(docs: Sequence[dict[str, Any]]) -> bool:
+    """No shard was served from the cache at all."""
+    return bool(docs) and all(d.get("no_cache_hits") for d in docs)
+
+
+def _hit_problem(docs: Sequence[dict[str, Any]]) -> str | None:
+    """A shard's zero-hit failure holds for the whole golden only when no shard hit the cache."""
+    if not _no_cache_hits(docs) or not any(d.get("hit_problem") for d in docs):
+        return None
+    return ("no request was served from the cache in any shard, though the cache expectation "
+            "asks for hits")
 
 
 def _tier_problem(docs: Sequence[dict[str, Any]], summaries: list[dict[str, Any]]) -> str | None:

@@ -54,6 +54,8 @@ class ReplayResult:
     server_meta: dict[str, Any] = field(default_factory=dict)
     storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
     numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
+    cache_expected: bool = False  # the expectation (explicit, or auto from the server) asks for hits
+    replays_a_server: bool = True  # False for `golden diff` (two goldens: no cache was asked)
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
@@ -67,14 +69,34 @@ class ReplayResult:
                 and (parse_request_id(o.id) or (0, 0, 1))[2] == 0]
 
     @property
+    def no_cache_hits(self) -> bool:
+        """Whether no request of a replay against a server was served from its cache at all."""
+        return (self.replays_a_server and bool(self.outcomes)
+                and all(o.cached_tokens == 0 for o in self.outcomes))
+
+    @property
+    def hit_problem(self) -> str | None:
+        """A replay that never hit the cache proves nothing about it: a fail when the
+        expectation asked for hits (whatever each request's own check said)."""
+        if self.no_cache_hits and self.cache_expected:
+            return (f"no request was served from the cache (cached_tokens 0 in all "
+                    f"{len(self.outcomes)}), though the cache expectation {self.expectation} "
+                    "asks for hits")
+        return None
+
+    @property
     def warnings(self) -> list[str]:
         """Things a reader must know that do not change the verdict by themselves."""
+        found = []
+        if self.no_cache_hits and not self.cache_expected:
+            found.append("no request was served from the cache: this replay proves nothing "
+                         f"about the cache (cache expectation {self.expectation})")
         stale = self.storage_hits_after_clear
-        if not stale:
-            return []
-        return [f"{len(stale)} turn-0 request(s) were served from L3 storage in a repeat that "
-                "began by clearing it: the clear did not empty the tier, so the repeat did not "
-                "start cold"]
+        if stale:
+            found.append(f"{len(stale)} turn-0 request(s) were served from L3 storage in a "
+                         "repeat that began by clearing it: the clear did not empty the tier, "
+                         "so the repeat did not start cold")
+        return found
 
     @property
     def tier_problem(self) -> str | None:
@@ -85,7 +107,8 @@ class ReplayResult:
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outcomes) and self.tier_problem is None
+        return (all(o.passed for o in self.outcomes) and self.tier_problem is None
+                and self.hit_problem is None)
 
     @property
     def failures(self) -> list[RequestOutcome]:

@@ -30,6 +30,10 @@ def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
         case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-tier")
         ET.SubElement(case, "failure", message=report["tier_problem"], type="cache_tier")
         failures += 1
+    if report.get("hit_problem"):
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-hits")
+        ET.SubElement(case, "failure", message=report["hit_problem"], type="no_cache_hits")
+        failures += 1
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
@@ -61,8 +65,9 @@ def verdict_line(report: dict[str, Any]) -> str:
             f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
             f"policy {report['policy']}, max ulp {s['max_ulp']}; "
             f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
-    if report.get("tier_problem"):
-        line += f"; {report['tier_problem']}"
+    for problem in (report.get("tier_problem"), report.get("hit_problem")):
+        if problem:
+            line += f"; {problem}"
     for warning in report.get("warnings") or []:
         line += f"; warning: {warning}"
     return line

@@ -80,6 +80,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     result = ReplayResult(
         golden=golden_name, server=conn.url, policy=str(options.policy),
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
+        cache_expected=expectation.kind != "none",
         golden_meta=golden.meta,
         server_meta=source_meta(conn.url, server_info, model_info, api=conn.api.name,
                                 flush=conn.api.flush_note),
