@@ -17,7 +17,8 @@
 # Safe to run again: a second run checks the stamp (the versions installed here, the user
 # environment's prefix and a hash of its distributions: scripts/user_env.py) and exits in about a
 # second; when the user environment changed, it installs again (pip reuses what is there).
-# `--python` prints the venv's interpreter. The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
+# `--python` prints the venv's interpreter; `--stamp` the stamp a complete install would record;
+# `--link-only` makes the venv and its .pth and stops (no SGLang: tests of the mechanism use it). The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -63,6 +64,10 @@ rm -f "$STAMP"  # a half-made venv must never look installed
 # differently (what it installs here shadows the user's copy, which stays untouched).
 SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 "$PY" scripts/user_env.py pth > "$SITE/$USER_SITE_PTH"
+if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no SGLang
+    echo "install_sglang: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
+    exit 0
+fi
 # pip must never replace the CPU torch: pin the installed build as a constraint.
 CONSTRAINTS="$VENV/golden-constraints.txt"
 echo "torch==$TORCH" > "$CONSTRAINTS"

@@ -38,7 +38,7 @@ from replay.report.document import report_dict
 from replay.golden.scenario import Plan
 from replay.golden.shard import shard_golden
 
-Tick = Callable[[str], None]
+Tick = Callable[[str, bool], None]  # (request id, whether it failed) for each finished request
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
 DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback

@@ -26,7 +26,7 @@ from replay.report.results import ReplayResult, RequestOutcome
 from replay.run.runner import check_schedule, run_nodes
 from replay.judge.server_checks import check_sampling_defaults
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, bool], None]  # (request id, failed) as each completes
 TIERS = ("host", "storage", "device")
 
 
@@ -103,7 +103,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
             tally.add(completion.cached_tokens, completion.cached_details)
             result.outcomes.append(outcome)
             if progress:
-                progress(golden.requests[i].id)
+                progress(golden.requests[i].id, not outcome.passed)
 
         await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab)

@@ -87,7 +87,7 @@ def test_progress_is_reported_through_the_callback(golden):
         import contextlib
 
         seen.append((label, total))
-        return contextlib.nullcontext(ticks.append)
+        return contextlib.nullcontext(lambda request, failed: ticks.append(request))
 
     with StubServer(StubConfig()) as stub:
         session.replay_golden(golden, session.ServerTarget(url=stub.url),
