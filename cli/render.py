@@ -45,7 +45,8 @@ def fits(renderable: object) -> bool:
     """Whether it prints on this terminal without squeezing a column."""
     from rich.measure import Measurement
 
-    return Measurement.get(out, out.options, renderable).maximum <= out.width
+    unbounded = out.options.update_width(PIPE_WIDTH)
+    return Measurement.get(out, unbounded, renderable).maximum <= out.width
 
 
 @contextlib.contextmanager

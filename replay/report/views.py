@@ -55,8 +55,8 @@ def failure_line(r: dict[str, Any]) -> str:
 
 
 def short_failure_line(r: dict[str, Any]) -> str:
-    """One failing request in a terminal's width: where and how it first differs, the values
-    (rounded; the report has every bit) and its cache hit."""
+    """One failing request in a terminal's width: where and how it first differs (the golden's
+    value exactly and the distance in ULPs; the report has both sides' bits) and its cache hit."""
     f = r.get("first_divergence")
     cached = f"cached {r['cached_tokens']}"
     if not f:
@@ -64,17 +64,13 @@ def short_failure_line(r: dict[str, Any]) -> str:
     if f["kind"] == "token":
         what = f"token {f['golden_token']} -> {f['replay_token']}"
     else:
-        what = (f"token {f['golden_token']} logprob {_short(f['golden_logprob'])} -> "
-                f"{_short(f['replay_logprob'])}, {f['ulp']} ulp")
+        where = " (top-k)" if f["kind"] == "top_k" else ""
+        what = f"token {f['golden_token']}{where} logprob {f['golden_logprob']!r} off by {f['ulp']} ulp"
     line = f"{r['status']} at {f['position']}: {what}; {cached}"
     t = r.get("token_divergence_position")
     if t is not None and t != f["position"]:
         line += f"; tokens from {t}"
     return line
-
-
-def _short(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def flake_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
