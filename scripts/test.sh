@@ -45,6 +45,26 @@ finish_step() {  # finish_step NAME: wait for it; one line saying how it ended
     local name="$1" code=0
     [ -n "${STEP_PID[$name]:-}" ] || return 0
     wait "${STEP_PID[$name]}" || code=$?
+    report_step "$name" "$code"
+}
+
+finish_all() {  # each step's line as soon as it ends (bash >= 5.1), else in the order started
+    local pid code name
+    while [ "${#STEP_PID[@]}" -gt 0 ]; do
+        if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501 )); then
+            for name in "${!STEP_PID[@]}"; do finish_step "$name"; done
+            return
+        fi
+        code=0
+        wait -n -p pid "${STEP_PID[@]}" || code=$?
+        for name in "${!STEP_PID[@]}"; do
+            [ "${STEP_PID[$name]}" = "$pid" ] && report_step "$name" "$code"
+        done
+    done
+}
+
+report_step() {  # report_step NAME EXIT_CODE
+    local name="$1" code="$2"
     unset "STEP_PID[$name]"
     local took=$(( $(date +%s) - STEP_START[$name] ))
     if [ "$code" = 0 ]; then
@@ -81,7 +101,7 @@ chromium_step() {
 }
 start_step chromium chromium_step
 
-for name in sglang llama chromium; do finish_step "$name"; done
+finish_all
 echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
 
 # 3. The tests, on SGLang's venv Python when it installed (it sees everything installed above).
