@@ -1,11 +1,14 @@
-"""`golden serve --frontend sglang` with an SGLang environment that cannot start SGLang's server:
-one error line naming the fix, exit 2, never a traceback."""
+"""`golden serve`: with `--frontend sglang` and an SGLang environment that cannot start SGLang's
+server, one error line naming the fix (exit 2, never a traceback); the engine's own server stops
+when its parent dies."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support import paths
@@ -50,3 +53,38 @@ def test_an_unfinished_sglang_venv_is_one_line_naming_the_fix(tmp_path):
     assert res.stderr.strip().splitlines() == [
         f"error: SGLang's venv in {venv} is incomplete (its install never finished): run "
         "`bash scripts/install_sglang.sh`"]
+
+
+# --- the engine's own server ---------------------------------------------------------------------
+
+PARENT = ("import subprocess, sys; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True);"
+          " p.wait()")
+
+
+def test_golden_serve_stops_when_its_parent_dies(tmp_path):
+    from replay.server.launch import free_port
+
+    port = free_port()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, sys.executable, "-m", "golden_cli",
+                               "serve", "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    server = int(parent.stdout.readline())
+    try:
+        assert "serving" in parent.stderr.readline()  # up and serving
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while alive(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(server)
+    finally:
+        if alive(server):
+            os.kill(server, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
