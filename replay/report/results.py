@@ -55,6 +55,8 @@ class ReplayResult:
     storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
     numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
     cache_expected: bool = False  # the expectation (explicit, or auto from the server) asks for hits
+    hits_possible: bool = True  # some request shares a prefix with another (a follow-up turn or
+    # a sibling branch): a golden of unrelated single requests can never hit
     replays_a_server: bool = True  # False for `golden diff` (two goldens: no cache was asked)
 
     @property
@@ -78,7 +80,7 @@ class ReplayResult:
     def hit_problem(self) -> str | None:
         """A replay that never hit the cache proves nothing about it: a fail when the
         expectation asked for hits (whatever each request's own check said)."""
-        if self.no_cache_hits and self.cache_expected:
+        if self.no_cache_hits and self.cache_expected and self.hits_possible:
             return (f"no request was served from the cache (cached_tokens 0 in all "
                     f"{len(self.outcomes)}), though the cache expectation {self.expectation} "
                     "asks for hits")
@@ -88,7 +90,7 @@ class ReplayResult:
     def warnings(self) -> list[str]:
         """Things a reader must know that do not change the verdict by themselves."""
         found = []
-        if self.no_cache_hits and not self.cache_expected:
+        if self.no_cache_hits and self.hit_problem is None:
             found.append("no request was served from the cache: this replay proves nothing "
                          f"about the cache (cache expectation {self.expectation})")
         stale = self.storage_hits_after_clear

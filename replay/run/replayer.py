@@ -8,6 +8,7 @@ diffed as they arrive and only the judgement is kept.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     result = ReplayResult(
         golden=golden_name, server=conn.url, policy=str(options.policy),
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
-        cache_expected=expectation.kind != "none",
+        cache_expected=expectation.kind != "none", hits_possible=shares_prefixes(golden),
         golden_meta=golden.meta,
         server_meta=source_meta(conn.url, server_info, model_info, api=conn.api.name,
                                 flush=conn.api.flush_note),
@@ -112,6 +113,13 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     result.hit_lengths = tally.histogram()
     result.tiers = dict(tally.tiers)
     return result
+
+
+def shares_prefixes(golden: Golden) -> bool:
+    """Whether any request could be served from the cache: a follow-up turn (its history) or a
+    second request in a group (the group's prefix)."""
+    groups = Counter(r.group for r in golden.requests)
+    return any(r.parent >= 0 for r in golden.requests) or any(n > 1 for n in groups.values())
 
 
 def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -> int:

@@ -17,8 +17,8 @@ ONE_TURN = """groups = 2
 branches = 2
 prefix_len = 40
 suffix_len = 8
-turns = 1
-turn_suffix_len = 4
+turns = 0
+turn_suffix_len = 0
 max_new_tokens = 8
 top_k = 5
 """
@@ -81,3 +81,15 @@ def test_a_replay_with_hits_says_nothing_of_the_kind(golden, tmp_path):
     res, doc = replay(golden, tmp_path, StubConfig(), "--repeat", "1")
     assert doc["no_cache_hits"] is False and doc["hit_problem"] is None
     assert "proves nothing" not in res.stdout
+
+
+def test_a_golden_of_unrelated_single_requests_only_warns(tmp_path):
+    """One request per group: nothing could ever be served from the cache."""
+    (tmp_path / "s.toml").write_text(ONE_TURN.replace("branches = 2", "branches = 1"))
+    with StubServer(StubConfig(radix=False)) as stub:
+        runner.invoke(app, ["record", "--server", stub.url, "--scenario", str(tmp_path / "s.toml"),
+                            "--out", str(tmp_path / "s.zarr"), "--quiet"])
+    res, doc = replay(tmp_path / "s.zarr", tmp_path, NEVER_HITS)
+    assert res.exit_code == 0, res.output
+    assert doc["no_cache_hits"] is True and doc["hit_problem"] is None
+    assert "proves nothing about the cache" in res.stdout.splitlines()[-1]
