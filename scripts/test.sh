@@ -81,6 +81,9 @@ report_step() {  # report_step NAME EXIT_CODE
 # tests while this environment keeps llama.cpp's transformers pin.
 start_step sglang bash scripts/install_sglang.sh
 
+# SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/.
+start_step router bash scripts/install_router.sh
+
 # llama.cpp's llama-server (CPU backend, target llama-server only) and tiny GGUF models for
 # tests/e2e/llamacpp/, cached in $LLAMA_CACHE. First build about 26 CPU-minutes, capped at
 # 40 minutes (an interrupted build resumes on the next run); then 0.2 s.
