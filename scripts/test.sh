@@ -81,6 +81,12 @@ report_step() {  # report_step NAME EXIT_CODE
 # tests while this environment keeps llama.cpp's transformers pin.
 start_step sglang bash scripts/install_sglang.sh
 
+# SGLang 0.5.23's REAL server on the CPU (Scheduler, radix cache, HiCache) for tests/e2e/sglang_cpu/,
+# in a venv of its own on the same CPU torch (${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/
+# sglang-cpu-venv}, 1.5 GB) with sgl-kernel's CPU kvcache ops built from vendor/ (cached in
+# ~/.cache/golden-replay/sgl-kernel-cpu). First run a few minutes, then under a second.
+start_step sglang_cpu bash scripts/install_sglang_cpu.sh
+
 # SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/.
 start_step router bash scripts/install_router.sh
 
@@ -93,16 +99,23 @@ llama_step() {
 }
 start_step llama llama_step
 
-# Debian's Chromium for the HTML report's real-browser tests.
-chromium_step() {
-    if command -v chromium >/dev/null 2>&1; then echo "chromium: already installed"; return 0; fi
+# Debian packages, in one step (apt takes one lock): Chromium for the HTML report's real-browser
+# tests, PostgreSQL's programs for the results history's tests (tests/support/postgres.py starts a
+# throw-away server per session; no cluster of its own is created, nor a service started).
+apt_step() {
+    local missing=()
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+    if [ "${#missing[@]}" = 0 ]; then echo "apt: chromium and postgresql already installed"; return 0; fi
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "chromium is not installed and this is not root with apt-get: run apt-get install chromium"
+        echo "${missing[*]} not installed and this is not root with apt-get: run apt-get install ${missing[*]}"
         return 1
     fi
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 }
-start_step chromium chromium_step
+start_step apt apt_step
 
 finish_all
 echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2

@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis.base import Completion
-from replay.judge.cache_check import CacheExpectation, HitTally, parse_expectation
+from replay.judge.cache_check import (
+    CacheExpectation,
+    HitTally,
+    parse_expectation,
+    with_eviction_pressure,
+)
 from replay.server.connection import Connection
 from replay.judge.diff import IDENTICAL, Policy, diff_outputs
 from replay.utils.errors import ModelMismatch, NumericsMismatch, UsageError
@@ -96,6 +101,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     check_sampling_defaults(model_info, {**golden.sampling, "max_new_tokens": 0})
     expectation = parse_expectation(options.expect_cache, server_info, model_info,
                                     conn.api.expect_cache_auto)
+    expectation = with_eviction_pressure(expectation, server_info, footprint(golden))
     vocab = vocab_size(model_info, server_info)
     inputs = [golden.input_ids(i) for i in range(len(golden.requests))]
     tally = HitTally()
@@ -141,6 +147,13 @@ def shares_prefixes(golden: Golden) -> bool:
     second request in a group (the group's prefix)."""
     groups = Counter(r.group for r in golden.requests)
     return any(r.parent >= 0 for r in golden.requests) or any(n > 1 for n in groups.values())
+
+
+def footprint(golden: Golden) -> int:
+    """The distinct tokens a golden puts through a prefix cache: each group's shared prefix once,
+    then every request's own new tokens and its output (the radix tree it grows)."""
+    prefixes = sum(len(p) for p in golden.prefixes)
+    return prefixes + sum(len(r.new_tokens) + len(r.output_ids) for r in golden.requests)
 
 
 def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -> int:

@@ -123,3 +123,4 @@ def test_a_reference_through_an_adapter_that_bypasses_the_cache_gets_no_radix_wa
     assert session.reference_warnings({}, get_api("llamacpp", reference=True)) == []
     assert session.reference_warnings({"disable_radix_cache": True}, get_api("sglang")) == []
     assert "radix cache on" in session.reference_warnings({}, get_api("sglang"))[0]
+
