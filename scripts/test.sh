@@ -75,6 +75,27 @@ report_step() {  # report_step NAME EXIT_CODE
     fi
 }
 
+# Debian packages, in one step (apt takes one lock) and FIRST, since sgl-kernel's CPU build links
+# libnuma: Chromium for the HTML report's real-browser tests, PostgreSQL's programs for the results
+# history's tests (tests/support/postgres.py starts a throw-away server per session; no cluster of
+# its own is created, nor a service started), libnuma-dev for scripts/install_sglang_cpu.sh.
+apt_step() {
+    local missing=()
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+    [ -e /usr/include/numa.h ] || missing+=(libnuma-dev)
+    if [ "${#missing[@]}" = 0 ]; then echo "apt: chromium, postgresql and libnuma-dev already installed"; return 0; fi
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "${missing[*]} not installed and this is not root with apt-get: run apt-get install ${missing[*]}"
+        return 1
+    fi
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+start_step apt apt_step
+finish_step apt
+
 # SGLang 0.5.23 (its HTTP front end, parser and test kit) for tests/e2e/sglang_frontend/, in a
 # venv of its own that sees this environment (${GOLDEN_SGLANG_VENV:-~/.cache/golden-replay/
 # sglang-venv}, 1.5 GB). The suite then runs on that venv's Python, so SGLang is importable in the
@@ -99,23 +120,6 @@ llama_step() {
 }
 start_step llama llama_step
 
-# Debian packages, in one step (apt takes one lock): Chromium for the HTML report's real-browser
-# tests, PostgreSQL's programs for the results history's tests (tests/support/postgres.py starts a
-# throw-away server per session; no cluster of its own is created, nor a service started).
-apt_step() {
-    local missing=()
-    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
-    if [ "${#missing[@]}" = 0 ]; then echo "apt: chromium and postgresql already installed"; return 0; fi
-    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "${missing[*]} not installed and this is not root with apt-get: run apt-get install ${missing[*]}"
-        return 1
-    fi
-    mkdir -p /etc/postgresql-common/createcluster.d
-    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-}
-start_step apt apt_step
 
 finish_all
 echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
