@@ -182,8 +182,10 @@ class ModelChanged(ModelMismatch):
 
 
 def reference_warnings(server_info: dict[str, Any]) -> list[str]:
-    """What is suspicious about a server used to record a reference."""
-    if not server_flag(server_info, "disable_radix_cache"):
+    """What is suspicious about a server used to record a reference, from what it reports: the
+    radix cache warning only when the server says its cache is on (`disable_radix_cache` false);
+    a server that does not say (an OpenAI-compatible one) gets no warning."""
+    if "disable_radix_cache" in server_info and not server_flag(server_info, "disable_radix_cache"):
         return ["the server has its radix cache on; a reference should be recorded with the "
                 "cache disabled (a reference profile such as sglang-reference)"]
     return []

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis import resolve_api
-from replay.server.apis.base import Api, Completion
+from replay.server.apis.base import Api, Completion, SupportsHitSources
 from replay.server.transport import ClientOptions, ServerClient
 from replay.utils.errors import MalformedResponse
 
@@ -41,6 +41,13 @@ class Connection:
 
     async def clear_storage(self, server_info: dict[str, Any]) -> bool:
         return await self.api.clear_storage(self.client, server_info)
+
+    async def hit_sources(self) -> dict[str, int] | None:
+        """Cached prompt tokens so far by tier, for servers that count them apart from their
+        answers (`SupportsHitSources`); None for the others."""
+        if isinstance(self.api, SupportsHitSources):
+            return await self.api.hit_sources(self.client)
+        return None
 
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None) -> Completion:

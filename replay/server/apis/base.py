@@ -11,7 +11,7 @@ be read exactly must never become a verdict. Adapters state their traits as clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -72,6 +72,16 @@ class Api(Protocol):
     async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
         """Empty an attached L3 storage tier, which a flush leaves alone; False when the server
         has none (nothing to clear)."""
+        ...
+
+
+@runtime_checkable
+class SupportsHitSources(Protocol):
+    """An adapter whose server counts cached prompt tokens by tier outside its answers (vLLM's
+    /metrics): the replayer reads the counts before and after each repeat."""
+
+    async def hit_sources(self, client: "ServerClient") -> dict[str, int]:
+        """Cached prompt tokens so far, by tier (host, storage, device...), cumulative."""
         ...
 
 

@@ -16,6 +16,7 @@ adapter's `flush_note` says so (it lands in every golden and report as `meta.flu
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,6 +68,7 @@ class OpenAIApi:
             body["model"] = self.model_id
         if self.reference:
             body["cache_prompt"] = False  # llama.cpp's switch; other servers ignore it
+            body["cache_salt"] = "golden-ref-" + secrets.token_hex(8)  # vLLM's: no shared blocks
         return "/v1/completions", body
 
     def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
