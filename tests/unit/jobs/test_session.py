@@ -131,3 +131,17 @@ def test_replay_options_validate_themselves(kwargs, message):
 def test_client_options_validate_themselves(kwargs, message):
     with pytest.raises(UsageError, match=message):
         ClientOptions(**kwargs)
+
+
+def test_no_radix_cache_warning_from_a_server_that_does_not_say():
+    """An OpenAI-compatible server reports nothing about its cache: the tool cannot know."""
+    from replay.jobs.session import reference_warnings
+
+    assert reference_warnings({"served_models": ["m"]}) == []
+
+
+def test_the_radix_cache_warning_comes_from_a_server_reporting_its_cache_on():
+    from replay.jobs.session import reference_warnings
+
+    assert "radix cache on" in reference_warnings({"disable_radix_cache": False})[0]
+    assert reference_warnings({"disable_radix_cache": True}) == []

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The vLLM findings of docs/findings.md (vLLM section), measured on the tiny models with the
+# built-in vllm-* profiles; report files into docs/findings/vllm/. One server at a time.
+# Needs `bash scripts/install_vllm.sh`. About 15 minutes on the loaded 2-core machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=docs/findings/vllm
+LOGS="${GOLDEN_LOG_DIR:-golden-logs}"
+mkdir -p "$OUT"
+LLAMA="$(python3 scripts/make_tiny_hf_models.py tiny-llama | cut -d' ' -f2)"
+step() { echo "== $*" >&2; }
+
+# 1. f32: a prompt position's logprob depends on the prefill chunk it is computed in (no cache).
+step "chunk length, float32 and bfloat16"
+python3 scripts/vllm_findings.py chunk-length --dtype float32 --log-dir "$LOGS"
+python3 scripts/vllm_findings.py chunk-length --dtype bfloat16 --log-dir "$LOGS"
+
+# 2. The reference at concurrency 16 with vLLM's default prefill budget (2048) is not repeatable.
+step "reference determinism with the default budget"
+for dtype in float32 bfloat16; do
+    golden record --launch vllm-reference --model "$LLAMA" --log-dir "$LOGS" \
+        --server-arg=--dtype=$dtype --server-arg=--max-num-batched-tokens=2048 \
+        --scenario "$OUT/concurrency.toml" --out "$LOGS/concurrency-$dtype.zarr" --force \
+        --concurrency 16 --check-determinism 2 --quiet > "$OUT/concurrency-2048-$dtype.txt" 2>&1 \
+        && echo "exit 0" >> "$OUT/concurrency-2048-$dtype.txt" \
+        || echo "exit $?" >> "$OUT/concurrency-2048-$dtype.txt"
+    cat "$OUT/concurrency-2048-$dtype.txt" >&2
+done
+
+# 3. f32 replay with hits fails; the smallest repro by `golden minimize`.
+step "float32 replay and its minimal repro"
+golden record --launch vllm-reference --model "$LLAMA" --log-dir "$LOGS" --server-arg=--dtype=float32 \
+    --scenario "$OUT/conversations.toml" --out "$LOGS/llama-f32.zarr" --force \
+    --concurrency 16 --check-determinism 2 --quiet
+golden replay "$LOGS/llama-f32.zarr" --launch vllm-prefix-cache --model "$LLAMA" --log-dir "$LOGS" \
+    --server-arg=--dtype=float32 --repeat 2 --report "$OUT/llama-f32-replay.json" --quiet || true
+golden minimize "$LOGS/llama-f32.zarr" --launch vllm-prefix-cache --model "$LLAMA" --log-dir "$LOGS" \
+    --server-arg=--dtype=float32 --report "$OUT/llama-f32-replay.json" --budget 600 \
+    --out "$OUT/llama-f32-repro" --force --quiet || true
