@@ -28,8 +28,9 @@ START_BUDGET = 300.0  # seconds; a start takes 25-100 s on the loaded 2-core mac
 INSTALL = paths.REPO / "scripts" / "install_vllm.sh"
 runner = CliRunner()
 
-# Two groups of two branches, three turns; prompts of 416-464 tokens, so every follow-up turn
-# can reuse three blocks of 128 (a hit of 384) and no prompt passes 1024 tokens (where bf16
+# Two groups of two branches sharing a 400-token prefix, three follow-up turns; prompts of
+# 416-488 tokens, so every request but a group's first can reuse three blocks of 128 (a hit of
+# 384) and no prompt passes 1024 tokens (where bf16
 # stops holding: docs/findings.md, vLLM). Ids stay inside the tiny models' 2048-token vocabulary.
 CONVERSATIONS = """groups = 2
 branches = 2
@@ -93,5 +94,13 @@ def replay(url: str, golden: Path, report: Path, *extra: str) -> tuple[int, dict
     return res.exit_code, json.loads(report.read_text()), res.output
 
 
-def turn(request_id: str) -> int:
-    return int(request_id.rsplit("/t", 1)[1])
+def first_of_its_group(request_id: str) -> bool:
+    """Branch 0's first turn: the only request of a group sent before any of its prefix was
+    cached (the other branches' first turns reuse branch 0's shared prefix)."""
+    return request_id.endswith("/b0/t0")
+
+
+def expected_hit(request_id: str, block: int) -> int:
+    """Every request but its group's first reuses everything before its last new tokens, in
+    whole blocks: 384 tokens (3 blocks of 128) or 256 (one block of 256, hybrids) here."""
+    return 0 if first_of_its_group(request_id) else block

