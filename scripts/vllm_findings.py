@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import sys
 import urllib.request
@@ -84,7 +85,8 @@ def chunk_length(args: argparse.Namespace) -> int:
     pairs = [p for p in PAIRS if p[1] <= args.max_len]
     prompt = [int(t) for t in rng.integers(3, 2048, size=max(w for _, w in pairs))]
     results = []
-    log = Path(args.log_dir) / f"chunk-length-{args.dtype}.log"
+    name = f"chunk-length-{args.model}-{args.dtype}{'-' + args.tag if args.tag else ''}"
+    log = Path(args.log_dir) / f"{name}.log"
     with launched(load_profile("vllm-reference"), model=model, log_path=log,
                   extra_args=(f"--dtype={args.dtype}",)) as url:
         for prefix, whole in pairs:
@@ -102,9 +104,11 @@ def chunk_length(args: argparse.Namespace) -> int:
     doc = {"finding": "vLLM CPU: a prompt position's logprob depends on the length of the prefill "
                       "chunk it is computed in", "model": args.model, "dtype": args.dtype,
            "profile": "vllm-reference", "seed": args.seed,
+           "vllm_env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_")},
            "command": f"python scripts/vllm_findings.py chunk-length --dtype {args.dtype} "
-                      f"--model {args.model}", "pairs": results}
-    (OUT / f"chunk-length-{args.model}-{args.dtype}.json").write_text(json.dumps(doc, indent=1) + "\n")
+                      f"--model {args.model}" + (f" --tag {args.tag}" if args.tag else ""),
+           "pairs": results}
+    (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 
@@ -117,6 +121,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-len", type=int, default=4000)
     p.add_argument("--log-dir", default="golden-logs")
+    p.add_argument("--tag", default="", help="suffix of the report file (e.g. for a changed environment)")
     args = parser.parse_args()
     return chunk_length(args)
 

@@ -3,9 +3,9 @@ vllm-prefix-cache with `--repeat 2`. What is asserted is what was found (docs/fi
 
 - bf16: every request but a group's first reuses three blocks (384 tokens) and is bit-exact,
   both repeats;
-- float32: the same replay FAILS: every request with a hit drifts in its logprobs from
-  output position 0 by a few ULP while the tokens stay the same (vLLM's CPU attention gives a
-  position other bits when it is computed in a shorter prefill chunk, as a cache hit makes it);
+- float32: the same replay FAILS: requests with a hit drift in their logprobs from output
+  position 0 by a few ULP while the tokens stay the same (vLLM on CPU gives a position other
+  bits when it is computed in a shorter prefill chunk, as a cache hit makes it);
 - a bf16 golden replayed against the float32 server is refused (numerics parity, exit 2).
 
 Each fixture owns one server for the span of its body, so one server runs at a time.
@@ -91,19 +91,26 @@ def test_a_reference_on_a_caching_server_is_cache_free_through_its_salts(bf16_on
     assert all((a.logprobs == b.logprobs).all() for a, b in zip(salted.requests, reference.requests))
 
 
-def test_f32_replay_fails_with_logprob_drift_on_every_hit(f32_replays):
+def test_f32_replay_fails_with_logprob_drift_where_a_hit_shortened_the_prefill(f32_replays):
+    """Found: the requests that drift are some of those with a hit (the last turn's, whose
+    uncached rest is 104 tokens; the earlier turns' 40- and 80-token rests came out identical),
+    the same ones in both repeats, from output position 0, by at most 17 ULP, tokens identical."""
     code, doc, _ = f32_replays["f32"]
     assert code == 1 and doc["verdict"] == "fail"
+    failed = [r for r in doc["requests"] if not r["passed"]]
+    assert failed
     for r in doc["requests"]:
-        if kit.first_of_its_group(r["id"]):  # no hit: computed as in the reference, identical
-            assert r["status"] == "identical" and r["cached_tokens"] == 0
-        else:  # a hit of 384: the rest of the prompt is prefilled as a shorter chunk
-            assert r["cached_tokens"] == HIT
-            assert r["status"] == "logprob_drift", r  # tokens identical, bits not
-            assert r["token_divergence_position"] is None
-            assert r["first_divergence"]["position"] == 0
-            assert r["first_divergence"]["kind"] in ("logprob", "top_k")
-            assert 1 <= r["max_ulp"] <= 64, r["max_ulp"]
+        if r["cached_tokens"] == 0:  # computed as in the reference: identical
+            assert r["status"] == "identical"
+    for r in failed:
+        assert r["cached_tokens"] == HIT
+        assert r["status"] == "logprob_drift", r  # tokens identical, bits not
+        assert r["token_divergence_position"] is None
+        assert r["first_divergence"]["position"] == 0
+        assert r["first_divergence"]["kind"] in ("logprob", "top_k")
+        assert 1 <= r["max_ulp"] <= 64, r["max_ulp"]
+    by_repeat = [{r["id"] for r in failed if r["repeat"] == k} for k in (0, 1)]
+    assert by_repeat[0] == by_repeat[1]  # a property of the arithmetic, not of timing
 
 
 def test_a_golden_on_a_server_with_other_numerics_is_refused(f32_replays):
