@@ -447,7 +447,19 @@ def log_tail(log_path: Path, lines: int = TAIL_LINES) -> list[str]:
         if line and not line.startswith("# golden-replay launch") and not line.startswith("#   env "):
             line = redact_text(line)
             kept.append(line if len(line) <= 240 else line[:240] + "...")
-    return kept[-lines:]
+    return _collapse_repeats(kept)[-lines:]
+
+
+def _collapse_repeats(lines: list[str]) -> list[str]:
+    """A line the server repeats (a health poll answered 503 every 0.1 s) is shown once with its
+    count, so it cannot push the line a user needs out of the tail."""
+    runs: list[list] = []  # [line, count]
+    for line in lines:
+        if runs and runs[-1][0] == line:
+            runs[-1][1] += 1
+        else:
+            runs.append([line, 1])
+    return [line if n == 1 else f"{line} (x{n})" for line, n in runs]
 
 
 # ---------------------------------------------------------------------------------------------

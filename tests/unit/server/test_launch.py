@@ -3,9 +3,8 @@ cycle against fake servers that misbehave in the ways real ones do."""
 
 from __future__ import annotations
 
-import json
-
 import asyncio
+import json
 import os
 import re
 import sys
@@ -17,7 +16,7 @@ import pytest
 from replay.server.transport import ServerClient
 from replay.utils.errors import ServerError, UsageError
 from replay.server.launch import (
-    attention_choice, builtin_profile_names, http_status, launched, load_profile, parse_profile,
+    attention_choice, log_tail, builtin_profile_names, http_status, launched, load_profile, parse_profile,
     render, server_for,
 )
 from replay.server.process_group import group_members
@@ -411,6 +410,14 @@ def test_the_warm_up_carries_the_api_key_for_a_server_started_with_one():
     finally:
         httpd.shutdown()
     assert seen == [None, "Bearer k3y"]
+
+
+def test_a_line_the_server_repeats_is_shown_once_with_its_count(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("loading weights: this will take forever\n"
+                   + 'fake: "GET /health HTTP/1.1" 503 -\n' * 40)
+    assert log_tail(log) == ["loading weights: this will take forever",
+                             'fake: "GET /health HTTP/1.1" 503 - (x40)']
 
 
 # --- vLLM profiles ----------------------------------------------------------------------------
