@@ -14,6 +14,8 @@ show. With std 0.15 the logits spread over several nats, so one ULP of drift is 
 * ``tiny-qwen3-next`` Qwen3NextForCausalLM, the GDN hybrid: layer 0 Gated DeltaNet (linear
                       attention), layer 1 gated full attention, both with a 4-expert MoE
                       (2 per token) and a shared expert.
+* ``tiny-nemotron-h`` NemotronHForCausalLM, the Mamba-2 hybrid: layers Mamba-2, MLP,
+                      attention, MLP (pattern ``M-*-``).
 
 The weights are written by name from the config (numpy + safetensors only: no transformers model
 class, so the result does not depend on which transformers version runs this). The tensor names
@@ -124,6 +126,50 @@ def qwen3_next_shapes(c: dict[str, Any]) -> Shapes:
     return shapes
 
 
+NEMOTRON_H: dict[str, Any] = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+    "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+    "hybrid_override_pattern": "M-*-", "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "mamba_num_heads": 8, "mamba_head_dim": 32, "n_groups": 1,
+    "ssm_state_size": 64, "conv_kernel": 4, "chunk_size": 128, "expand": 1,
+    "use_conv_bias": True, "mamba_proj_bias": False, "use_bias": False, "mlp_bias": False,
+    "mamba_hidden_act": "silu", "mlp_hidden_act": "relu2", "attention_bias": False,
+    "residual_in_fp32": False, "layer_norm_epsilon": 1e-5, "max_position_embeddings": 4096,
+    "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+    "rescale_prenorm_residual": True, "torch_dtype": "bfloat16",
+}
+
+
+def nemotron_h_shapes(c: dict[str, Any]) -> Shapes:
+    """Mamba-2 mixers (M), MLPs (-) and attention (*), by the published checkpoints' names."""
+    h, hd = c["hidden_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    heads, inner = c["mamba_num_heads"], c["mamba_num_heads"] * c["mamba_head_dim"]
+    gs = c["n_groups"] * c["ssm_state_size"]
+    shapes: Shapes = {"backbone.embeddings.weight": (c["vocab_size"], h),
+                      "backbone.norm_f.weight": (h,), "lm_head.weight": (c["vocab_size"], h)}
+    for i, kind in enumerate(c["hybrid_override_pattern"]):
+        p = f"backbone.layers.{i}."
+        shapes[p + "norm.weight"] = (h,)
+        if kind == "M":
+            shapes.update({
+                p + "mixer.in_proj.weight": (2 * inner + 2 * gs + heads, h),
+                p + "mixer.conv1d.weight": (inner + 2 * gs, 1, c["conv_kernel"]),
+                p + "mixer.conv1d.bias": (inner + 2 * gs,),
+                p + "mixer.dt_bias": (heads,), p + "mixer.A_log": (heads,), p + "mixer.D": (heads,),
+                p + "mixer.norm.weight": (inner,), p + "mixer.out_proj.weight": (h, inner),
+            })
+        elif kind == "*":
+            shapes.update({
+                p + "mixer.q_proj.weight": (q, h), p + "mixer.k_proj.weight": (kv, h),
+                p + "mixer.v_proj.weight": (kv, h), p + "mixer.o_proj.weight": (h, q),
+            })
+        else:  # "-": a relu2 MLP without a gate
+            shapes.update({p + "mixer.up_proj.weight": (c["intermediate_size"], h),
+                           p + "mixer.down_proj.weight": (h, c["intermediate_size"])})
+    return shapes
+
+
 def identity_of(name: str, arch: str) -> float:
     """What a norm weight is centred on: Qwen3-Next's RMSNorms compute x * (1 + w) (zero-centred),
     except the gated norm inside Gated DeltaNet; Llama's compute x * w."""
@@ -135,6 +181,7 @@ def identity_of(name: str, arch: str) -> float:
 MODELS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], Shapes]]] = {
     "tiny-llama": (LLAMA, llama_shapes),
     "tiny-qwen3-next": (QWEN3_NEXT, qwen3_next_shapes),
+    "tiny-nemotron-h": (NEMOTRON_H, nemotron_h_shapes),
 }
 
 
