@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The vLLM findings of docs/findings.md (vLLM section), measured on the tiny models with the
 # built-in vllm-* profiles; report files into docs/findings/vllm/. One server at a time.
-# Needs `bash scripts/install_vllm.sh`. `bash scripts/vllm_findings.sh [chunk] [concurrency] [f32]`
-# (default: all three); each server start takes 1-3 minutes on the loaded 2-core machine.
+# Needs `bash scripts/install_vllm.sh`.
+# `bash scripts/vllm_findings.sh [chunk] [concurrency] [f32] [nemotron]` (default: all four); each server start takes 1-3 minutes on the loaded 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/findings/vllm
@@ -10,7 +10,7 @@ LOGS="${GOLDEN_LOG_DIR:-golden-logs}"
 mkdir -p "$OUT"
 LLAMA="$(python3 scripts/make_tiny_hf_models.py tiny-llama | cut -d' ' -f2)"
 step() { echo "== $*" >&2; }
-STEPS="${*:-chunk concurrency f32}"
+STEPS="${*:-chunk concurrency f32 nemotron}"
 wants() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
 
 # 1. f32: a prompt position's logprob depends on the prefill chunk it is computed in (no cache).
@@ -37,6 +37,17 @@ done
 fi
 
 # 3. f32 replay with hits fails; the smallest repro by `golden minimize`.
+if wants nemotron; then
+    # 4. NemotronH (Mamba-2 hybrid) with prefix caching: the CPU server crashes on the first
+    #    long prompt (the reference, caching off, records fine).
+    step "NemotronH with prefix caching"
+    NEMO="$(python3 scripts/make_tiny_hf_models.py tiny-nemotron-h | cut -d' ' -f2)"
+    golden record --launch vllm-reference --model "$NEMO" --log-dir "$LOGS" \
+        --scenario "$OUT/conversations.toml" --out "$LOGS/nemotron-h.zarr" --force --quiet
+    golden replay "$LOGS/nemotron-h.zarr" --launch vllm-prefix-cache --model "$NEMO" \
+        --log-dir "$LOGS" --repeat 2 --report "$OUT/nemotron-h-prefix-cache-replay.json" --quiet || true
+fi
+
 wants f32 || exit 0
 step "float32 replay and its minimal repro"
 golden record --launch vllm-reference --model "$LLAMA" --log-dir "$LOGS" --server-arg=--dtype=float32 \
