@@ -96,7 +96,8 @@ def demo(
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
     from replay.golden.scenario import build_plan, load_scenario
-    from replay.jobs.session import ServerTarget, record_golden
+    from replay.jobs.session import record_golden
+    from replay.server.target import ServerTarget
 
     engine_modules()  # a clear error now if torch is missing
     spec = load_scenario(scenario)

@@ -17,6 +17,7 @@ EXIT_CODES = {"pass": 0, "fail": 1}
 TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywhere are listed
 
 
+@o.takes_replay_options()
 def matrix(
     golden_path: Path = o.GoldenArg,
     launch: list[str] = typer.Option(..., "--launch", help="A launch profile (name or TOML file); repeat for each configuration.", show_default=False),
@@ -25,13 +26,7 @@ def matrix(
     report: Path = typer.Option(None, "--report", help="Write the matrix JSON report here (docs/ci.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here: one testsuite per profile.", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
-    policy: str = o.PolicyOpt,
-    repeat: int = o.RepeatOpt,
-    schedule: str = o.ScheduleOpt,
-    expect_cache: str = o.ExpectCacheOpt,
-    require_tier: str = o.RequireTierOpt,
-    allow_model_mismatch: bool = o.AllowModelMismatchOpt,
-    allow_numerics_mismatch: bool = o.AllowNumericsMismatchOpt,
+    options: Any = None,  # every replay option, one typer option each (takes_replay_options)
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Server logs go here, one PROFILE.log each."),
     shard: str = o.ShardOpt,
     fault: str = o.FaultOpt,
@@ -44,20 +39,20 @@ def matrix(
     quiet: bool = o.QuietOpt,
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
-    from replay.jobs.matrix import LaunchSettings, matrix_junit, run_matrix
+    from replay.jobs.matrix import matrix_junit, run_matrix
     from replay.report.files import remove_stale, write_reports
     from replay.golden.shard import parse_shard
 
-    options = o.replay_options(policy, schedule, repeat, require_tier, expect_cache,
-                               allow_model_mismatch, allow_numerics_mismatch)
     copts = o.client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    settings = LaunchSettings(model=model, log_dir=log_dir, fault=fault, extra_args=tuple(server_arg),
-                              attention_backend=attention_backend)
+    notify = o.notify_stderr(quiet)
+    targets = [o.server_target(None, name, model, log_dir, fault=fault, server_arg=server_arg,
+                               attention_backend=attention_backend, notify=notify)
+               for name in launch]
     remove_stale(report, junit, html)
-    doc = run_matrix(golden_path, launch, options, copts, settings, shard=shard, api=api,
-                     progress=o.progress_bars(quiet), notify=o.notify_stderr(quiet))
+    doc = run_matrix(golden_path, targets, options, copts, shard=shard, api=api,
+                     progress=o.progress_bars(quiet), notify=notify)
     write_reports(doc, report=report, junit=junit, html=html,
                   junit_text=matrix_junit(doc) if junit else None)
     print_matrix(doc)

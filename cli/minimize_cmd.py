@@ -8,36 +8,35 @@ that went away on a rerun: flaky).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from golden_cli.options import (
     AdminApiKeyOpt,
-    AllowNumericsMismatchOpt,
     ApiKeyOpt,
     ApiOpt,
     AttentionBackendOpt,
     ConcurrencyOpt,
-    ExpectCacheOpt,
     FaultOpt,
     GoldenArg,
     LaunchOpt,
     LogDirOpt,
     ModelOpt,
-    PolicyOpt,
     QuietOpt,
-    RequireTierOpt,
-    ScheduleOpt,
     ServerArgOpt,
     ServerOpt,
     TimeoutOpt,
     client_options,
     notify_stderr,
-    replay_options,
     server_target,
+    takes_replay_options,
 )
 
+REPEAT_HELP = "Judge each candidate by N repeats; a failure in any of them counts (flaky failures)."
 
+
+@takes_replay_options(override={"repeat": typer.Option(1, "--repeat", help=REPEAT_HELP)})
 def minimize(
     golden_path: Path = GoldenArg,
     out: Path = typer.Option(..., "--out", help="Directory for golden.zarr, repro.sh, minimize.json and report.json.", show_default=False),
@@ -49,15 +48,10 @@ def minimize(
     server_arg: list[str] = ServerArgOpt,
     fault: str = FaultOpt,
     report: Path = typer.Option(None, "--report", help="The failing replay's JSON report (saves the first replay; names the failure).", show_default=False),
-    repeat: int = typer.Option(1, "--repeat", help="Judge each candidate by N repeats; a failure in any of them counts (flaky failures)."),
     budget: str = typer.Option(None, "--budget", help="Stop after SECONDS (600, 10m) or RUNS (40runs) and keep the smallest failing replay found.", show_default=False),
     failure: str = typer.Option(None, "--failure", help="The failure class to keep: token_divergence | logprob_drift | over_reported | cache_miss | tier (default: the start's most frequent).", show_default=False),
     same_tier: bool = typer.Option(False, "--same-tier", help="Also keep the cache tier of the failing hits (host/storage when any)."),
-    schedule: str = ScheduleOpt,
-    policy: str = PolicyOpt,
-    expect_cache: str = ExpectCacheOpt,
-    require_tier: str = RequireTierOpt,
-    allow_numerics_mismatch: bool = AllowNumericsMismatchOpt,
+    options: Any = None,  # every replay option, one typer option each (takes_replay_options)
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
@@ -74,8 +68,7 @@ def minimize(
     if failure is not None:
         Failure(failure)  # a bad class is an error before any replay
     settings = MinimizeSettings(
-        options=replay_options(policy, schedule, repeat, require_tier, expect_cache, False,
-                               allow_numerics_mismatch),
+        options=options,
         client=client_options(concurrency, timeout, api_key, admin_api_key), api=api,
         failure=failure,
         same_tier=same_tier, budget=parse_budget(budget))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import threading
@@ -138,24 +139,67 @@ def client_options(concurrency: int, timeout: float, api_key: str | None = None,
                          admin_api_key=admin_api_key)
 
 
-def replay_options(policy: str, schedule: str, repeat: int, require_tier: str | None,
-                   expect_cache: str, allow_model_mismatch: bool,
-                   allow_numerics_mismatch: bool = False) -> Any:
+# The replay options (`ReplayOptions`, replay/run/replayer.py), one declaration each: the field
+# name, its type for typer and its `typer.Option`. `takes_replay_options` gives a command all of
+# them; tests/unit/run/test_options_parity.py fails when a field is missing here.
+REPLAY_FLAGS: dict[str, tuple[Any, Any]] = {
+    "policy": (str, PolicyOpt),
+    "repeat": (int, RepeatOpt),
+    "schedule": (str, ScheduleOpt),
+    "expect_cache": (str, ExpectCacheOpt),
+    "require_tier": (str, RequireTierOpt),
+    "allow_model_mismatch": (bool, AllowModelMismatchOpt),
+    "allow_numerics_mismatch": (bool, AllowNumericsMismatchOpt),
+}
+
+
+def takes_replay_options(*, override: dict[str, Any] | None = None) -> Callable[[F], F]:
+    """Give a command every replay option: its parameter `options` becomes one typer option per
+    entry of REPLAY_FLAGS (in that place, in that order), and the command receives them back as
+    one `ReplayOptions` (checked on construction). `override` replaces a field's `typer.Option`
+    (another help text; the flag and the default stay those of REPLAY_FLAGS)."""
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn)
+        names = list(REPLAY_FLAGS)
+        flags = {**{n: REPLAY_FLAGS[n][1] for n in names}, **(override or {})}
+        if "options" not in signature.parameters:
+            raise TypeError(f"{fn.__name__} has no `options` parameter to expand")
+        expanded = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                      default=flags[n], annotation=REPLAY_FLAGS[n][0])
+                    for n in names]
+        params: list[inspect.Parameter] = []
+        for p in signature.parameters.values():
+            params += expanded if p.name == "options" else [p]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs["options"] = replay_options(**{n: kwargs.pop(n) for n in names})
+            return fn(*args, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        kept = {k: v for k, v in fn.__annotations__.items() if k != "options"}
+        wrapper.__annotations__ = {**kept, **{n: REPLAY_FLAGS[n][0] for n in names}}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def replay_options(**values: Any) -> Any:
+    """`ReplayOptions` from the command line's values (keyword-only; unnamed fields default)."""
     from replay.run.replayer import ReplayOptions
 
-    return ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
-                         expect_cache=expect_cache, require_tier=require_tier,
-                         allow_model_mismatch=allow_model_mismatch,
-                         allow_numerics_mismatch=allow_numerics_mismatch)
+    return ReplayOptions(**values)
 
 
 def server_target(server: str | None, launch: str | None, model: str | None, log_dir: Path,
                   fault: str | None = None, server_arg: list[str] | None = None,
-                  attention_backend: str | None = None) -> Any:
+                  attention_backend: str | None = None,
+                  notify: Callable[[str], None] | None = None) -> Any:
     """Where the server is. A launch's choices (the pinned attention backend) go to stderr
-    even with --quiet: which kernels ran is part of every result."""
-    from replay.jobs.session import ServerTarget
+    (by default even with --quiet: which kernels ran is part of every result)."""
+    from replay.server.target import ServerTarget
 
     return ServerTarget(url=server, profile=launch, model=model, log_dir=log_dir, fault=fault,
                         extra_args=tuple(server_arg or ()), attention_backend=attention_backend,
-                        notify=notify_stderr())
+                        notify=notify or notify_stderr())

@@ -34,6 +34,17 @@ def profiles(ctx: typer.Context) -> None:
         table.add_row(p.name, needs, p.description)
     render.print_whole(table)
 
+    from replay.server.topology import builtin_topology_names, load_topology
+
+    topologies = Table(title="built-in topologies (workers behind SGLang's router: "
+                             "docs/topologies.md)")
+    for column in ("name", "workers", "policy", "description"):
+        topologies.add_column(column, no_wrap=column == "name")
+    for name in builtin_topology_names():
+        t = load_topology(name)
+        topologies.add_row(name, f"{t.workers} x {t.worker_profile}", t.policy, t.description)
+    render.print_whole(topologies)
+
 
 @app.command("show")
 def show(

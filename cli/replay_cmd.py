@@ -11,37 +11,31 @@ from typing import Any
 import typer
 
 from golden_cli.options import (
-    AllowNumericsMismatchOpt,
     AttentionBackendOpt,
     AdminApiKeyOpt,
-    AllowModelMismatchOpt,
     ApiKeyOpt,
     ApiOpt,
     ConcurrencyOpt,
-    ExpectCacheOpt,
     FaultOpt,
     GoldenArg,
     LaunchOpt,
     LogDirOpt,
     ModelOpt,
-    PolicyOpt,
     QuietOpt,
-    RepeatOpt,
-    RequireTierOpt,
-    ScheduleOpt,
     ServerArgOpt,
     ServerOpt,
     ShardOpt,
     TimeoutOpt,
     client_options,
     progress_bars,
-    replay_options,
     server_target,
+    takes_replay_options,
 )
 
 EXIT_CODES = {"pass": 0, "fail": 1}
 
 
+@takes_replay_options()
 def replay(
     golden_path: Path = GoldenArg,
     server: str = ServerOpt,
@@ -55,13 +49,7 @@ def replay(
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
-    policy: str = PolicyOpt,
-    repeat: int = RepeatOpt,
-    schedule: str = ScheduleOpt,
-    expect_cache: str = ExpectCacheOpt,
-    require_tier: str = RequireTierOpt,
-    allow_model_mismatch: bool = AllowModelMismatchOpt,
-    allow_numerics_mismatch: bool = AllowNumericsMismatchOpt,
+    options: Any = None,  # every replay option, one typer option each (takes_replay_options)
     concurrency: int = ConcurrencyOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
@@ -72,8 +60,6 @@ def replay(
     """Replay a golden against a server and diff every token bit for bit."""
     from replay.golden.shard import parse_shard
 
-    options = replay_options(policy, schedule, repeat, require_tier, expect_cache,
-                             allow_model_mismatch, allow_numerics_mismatch)
     copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
@@ -91,7 +77,7 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
     from golden_cli.options import interruption
     from replay.report.document import report_dict
     from replay.report.files import remove_stale, write_reports
-    from replay.jobs.session import replay_golden
+    from replay.jobs.session import replay_golden, run_setup
 
     remove_stale(report, junit, html)
     try:
@@ -99,7 +85,8 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                             progress=progress_bars(quiet))
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
         doc = report_dict(None, golden=str(golden_path), server=target.label,
-                          policy=str(options.policy), error=interruption(exc))
+                          policy=str(options.policy), error=interruption(exc),
+                          setup=run_setup(target, options, shard))
         write_reports(doc, report=report, junit=junit, html=html)
         raise
     write_reports(doc, report=report, junit=junit, html=html)

@@ -5,8 +5,10 @@
 
 Works from reports downloaded from CI, without a golden or a server. Exit codes: without
 `--merge` 0 written; with `--merge` the merged verdict (0 pass, 1 fail, 2 error), so a CI step
-can fail on it; 2 when an input is not a report (or a file cannot be written), always with one
-line on stderr and never a traceback.
+can fail on it; 2 when an input is not a report, when the shards do not belong together
+(missing, duplicated or overlapping shards, another golden, other options or servers:
+replay/report/merge.py), or when a file cannot be written, always with one line on stderr and
+never a traceback. Matrix reports (`golden matrix --shard`) merge into a matrix report.
 """
 
 from __future__ import annotations
@@ -70,7 +72,19 @@ def report(
         return
     from replay.report.merge import merge_reports
 
-    doc = merge_reports(docs)
-    write_reports(doc, report=json_out, junit=junit, html=out)
-    render.print_outcome(doc)
+    doc = merge_reports(docs, [str(p) for p in reports])
+    try:
+        if "matrix" in doc:
+            from golden_cli.matrix_cmd import print_matrix
+            from replay.jobs.matrix import matrix_junit
+
+            write_reports(doc, report=json_out, junit=junit, html=out,
+                          junit_text=matrix_junit(doc) if junit else None)
+            print_matrix(doc)
+        else:
+            write_reports(doc, report=json_out, junit=junit, html=out)
+            render.print_outcome(doc)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename or 'the merged report'}: "
+                         f"{exc.strerror or exc}") from None
     raise typer.Exit({"pass": 0, "fail": 1}.get(doc["verdict"], 2))

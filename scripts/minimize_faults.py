@@ -28,7 +28,7 @@ from replay.engine.faults import FAULTS  # noqa: E402
 from replay.golden.store import read_golden, verify_golden  # noqa: E402
 from replay.jobs.minimize import parse_budget  # noqa: E402
 from replay.jobs.minimize_session import MinimizeSettings, minimize_golden  # noqa: E402
-from replay.jobs.session import ServerTarget  # noqa: E402
+from replay.server.target import ServerTarget  # noqa: E402
 
 HEADER = ("| fault | profile | failure kept | requests before -> after (conversations) | "
           "replays | seconds | kept | failing in the repro (cached tokens by tier) | "

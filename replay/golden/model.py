@@ -41,6 +41,10 @@ class Golden:
     requests: list[RecordedRequest]
     sampling: dict[str, Any]  # sampling_params shared by all requests (without max_new_tokens)
     meta: dict[str, Any] = field(default_factory=dict)  # server/model info, tool, platform, api
+    # The content checksum of the stored golden this one was read from (its `attrs_sha256`,
+    # which covers every array's sha256 and all metadata); kept by subsets (a shard names the
+    # whole golden it came from), never written (the store computes its own). None in memory.
+    checksum: str | None = field(default=None, compare=False)
 
     @property
     def top_k(self) -> int:

@@ -4,9 +4,10 @@ A shard keeps whole units of the conversation tree, never single requests: a lat
 meaningful after its parent ran on the same server, and the cache hits the replay checks come
 from those earlier turns. The unit is a whole group (all branches sharing a prefix, so the
 shared-prefix hits between branches stay realistic) whenever there are at least n groups, and a
-whole conversation (one group/branch, all its turns) otherwise. Units are dealt round-robin in
-tree order, so shard sizes differ by at most one unit and the split depends only on the golden
-and n.
+whole conversation tree (a turn-0 request and every request descending from it, found through
+`parent`, whatever the branch numbers say) otherwise. So no request is in two shards and every
+request's ancestors are in its own shard. Units are dealt round-robin in tree order, so shard
+sizes differ by at most one unit and the split depends only on the golden and n.
 """
 
 from __future__ import annotations
@@ -41,16 +42,21 @@ def parse_shard(text: str) -> ShardSpec:
 
 def shard_units(golden: Golden, count: int) -> tuple[str, list[list[int]]]:
     """The unit kind and the units (request indices, in golden order), in tree order."""
-    groups = sorted({r.group for r in golden.requests})
-    if len(groups) >= count:
-        key = lambda i: (golden.requests[i].group,)  # noqa: E731
+    reqs = golden.requests
+    roots = [i if r.parent < 0 else -1 for i, r in enumerate(reqs)]
+    for i, r in enumerate(reqs):  # topological order: a parent's root is known first
+        if r.parent >= 0:
+            roots[i] = roots[r.parent]
+    groups = sorted({reqs[root].group for root in roots})
+    if len(groups) >= count:  # a tree belongs to its root's group
         kind = "group"
+        keys = [(reqs[root].group,) for root in roots]
     else:
-        key = lambda i: (golden.requests[i].group, golden.requests[i].branch)  # noqa: E731
         kind = "conversation"
+        keys = [(reqs[root].group, reqs[root].branch, root) for root in roots]
     units: dict[tuple[int, ...], list[int]] = {}
-    for i in range(len(golden.requests)):
-        units.setdefault(key(i), []).append(i)
+    for i, key in enumerate(keys):
+        units.setdefault(key, []).append(i)
     return kind, [units[k] for k in sorted(units)]
 
 

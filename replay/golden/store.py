@@ -41,7 +41,7 @@ from replay.golden.limits import (chunk_count_problem, chunk_size_problem,
                                   declared_size_problems, read_stable, symlink_problem)
 
 __all__ = [
-    "SCHEMA", "array_sha256", "attrs_sha256", "golden_summary", "narrow_if_exact", "read_golden",
+    "SCHEMA", "array_sha256", "attrs_sha256", "content_checksum", "golden_summary", "narrow_if_exact", "read_golden",
     "verify_golden", "widen_float32", "write_golden",
 ]
 
@@ -86,6 +86,12 @@ def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise GoldenFormatError(f"{where}: {problems[0]}{more}")
     return assemble(opened.attrs, arrays)
+
+
+def content_checksum(golden: Golden) -> str:
+    """The golden's content checksum: the stored one it was read with, else the `attrs_sha256`
+    it would be written with (a golden recorded in memory)."""
+    return golden.checksum or encode(golden)[1]["attrs_sha256"]
 
 
 def verify_golden(path: str | Path) -> list[str]:

@@ -21,7 +21,8 @@ from replay.engine.server import start_server
 from replay.golden.model import Golden
 from replay.run.replayer import ReplayOptions
 from replay.golden.scenario import ScenarioSpec, build_plan
-from replay.jobs.session import ServerTarget, record_in_memory, replay_golden
+from replay.jobs.session import record_in_memory, replay_golden
+from replay.server.target import ServerTarget
 
 # The profile a fault needs to be reachable; every other fault runs on `hicache`.
 FAULT_PROFILES = {"write-back-early-evict": "hicache-write-back"}

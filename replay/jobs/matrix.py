@@ -10,62 +10,45 @@ configurations still run and still say something.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, UsageError
-from replay.server.launch import LaunchProfile, check_values, load_profile
+from replay.server.launch import LaunchProfile
+from replay.server.target import ServerTarget
 from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
 from replay.report.document import SCHEMA, report_dict
 from replay.report.views import junit_xml
-from replay.jobs.session import ProgressBar, ServerTarget, load_golden, replay_golden
+from replay.jobs.session import ProgressBar, load_golden, replay_golden, run_setup
 
 Notify = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class LaunchSettings:
-    """What every profile of a matrix is launched with."""
-
-    model: str | None = None
-    log_dir: Path = Path("golden-logs")
-    fault: str | None = None
-    extra_args: tuple[str, ...] = field(default_factory=tuple)
-    attention_backend: str | None = None  # None: the default for the visible GPU (replay/server/gpu.py)
-
-    def target(self, profile: str, notify: Notify | None = None) -> ServerTarget:
-        return ServerTarget(profile=profile, model=self.model, log_dir=self.log_dir,
-                            fault=self.fault, extra_args=self.extra_args,
-                            attention_backend=self.attention_backend, notify=notify)
-
-
-def resolve_profiles(names: Sequence[str], settings: LaunchSettings) -> list[LaunchProfile]:
-    """Every profile loaded and checked before any server starts: a typo or a missing --model
-    must not surface after an hour of other profiles."""
-    if not names:
+def resolve_profiles(targets: Sequence[ServerTarget]) -> list[LaunchProfile]:
+    """Every target's profile loaded and checked before any server starts: a typo or a missing
+    --model must not surface after an hour of other profiles."""
+    if not targets:
         raise UsageError("give at least one --launch PROFILE")
-    profiles = [load_profile(n) for n in names]
+    profiles = [t.launch_profile() for t in targets]
     seen: set[str] = set()
     for p in profiles:
         if p.name in seen:
             raise UsageError(f"launch profile {p.name!r} is given twice")
         seen.add(p.name)
-        check_values(p, model=settings.model, fault=settings.fault,
-                     attention_backend=settings.attention_backend)
     return profiles
 
 
-def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayOptions,
-               copts: ClientOptions, settings: LaunchSettings, *, shard: str | None = None,
-               api: str = "auto", progress: ProgressBar | None = None,
-               notify: Notify | None = None) -> dict[str, Any]:
-    """The matrix report document (schema: docs/ci.md). Raises only UsageError (bad profiles
-    or arguments); an unreadable golden or a server failure is an `error` inside the document."""
-    profiles = resolve_profiles(profile_names, settings)
+def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: ReplayOptions,
+               copts: ClientOptions, *, shard: str | None = None, api: str = "auto",
+               progress: ProgressBar | None = None, notify: Notify | None = None
+               ) -> dict[str, Any]:
+    """The matrix report document (schema: docs/ci.md): one launch target per profile. Raises
+    only UsageError (bad profiles or arguments); an unreadable golden or a server failure is an
+    `error` inside the document."""
+    profiles = resolve_profiles(targets)
     golden_name = str(golden_path)
     reports: dict[str, dict[str, Any]] = {}
     try:
@@ -73,17 +56,18 @@ def run_matrix(golden_path: Path, profile_names: Sequence[str], options: ReplayO
     except UsageError:
         raise
     except GoldenError as exc:
-        for p in profiles:
+        for target, p in zip(targets, profiles):
             reports[p.name] = report_dict(None, golden=golden_name, server=f"launch:{p.name}",
-                                          policy=str(options.policy), error=str(exc))
+                                          policy=str(options.policy), error=str(exc),
+                                          setup=run_setup(target, options, shard))
             reports[p.name]["profile"] = p.name
         return matrix_document(golden_name, options, profiles, reports, shard)
-    for name, p in zip(profile_names, profiles):
-        log_path = Path(settings.log_dir) / f"{p.name}.log"
+    for target, p in zip(targets, profiles):
+        log_path = target.log_path(p)
         if notify:
             notify(f"{p.name}: launching (log: {log_path})")
-        doc = replay_golden(golden, settings.target(name, notify), options, copts, api=api,
-                            progress=progress, name=golden_name)
+        doc = replay_golden(golden, target, options, copts, api=api, progress=progress,
+                            name=golden_name)
         doc["profile"] = p.name
         doc["server_log"] = str(log_path)
         reports[p.name] = doc

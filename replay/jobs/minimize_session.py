@@ -24,10 +24,11 @@ from replay.utils.errors import GoldenError, UsageError
 from replay.golden.model import Golden, subset_golden
 from replay.golden.store import read_golden, write_golden
 from replay.jobs.minimize import Budget, Candidate, Judgement, NotFailing, Progress, Result, Search
-from replay.run.replayer import ReplayOptions
+from replay.run.replayer import ReplayOptions, replay_argv
 from replay.report.document import SCHEMA as REPORT_SCHEMA
 from replay.report.files import json_text, write_atomic
-from replay.jobs.session import ServerTarget, replay_golden
+from replay.jobs.session import replay_golden
+from replay.server.target import ServerTarget
 
 SCHEMA = "golden-replay/minimize/1"
 # The failure classes, most telling first (ties in the count go to the earlier one).
@@ -101,7 +102,8 @@ class Failure:
 class MinimizeSettings:
     """Everything that shapes the search besides the golden and the server."""
 
-    options: ReplayOptions = ReplayOptions()  # the starting schedule and the repeats per judgement
+    # Every replay option; its schedule and repeats are the search's start (repeats per judgement).
+    options: ReplayOptions = ReplayOptions()
     client: ClientOptions = ClientOptions()  # the starting concurrency
     api: str = "auto"
     failure: str | None = None  # a class of FAILURE_CLASSES; None: the start's most frequent
@@ -255,13 +257,9 @@ def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Resul
         default += ["--attention-backend", target.attention_backend] \
             if target.attention_backend else []
         default += [f"--server-arg={a}" for a in target.extra_args]
-    o, c = settings.options, result.final
-    options = ["--api", settings.api, "--policy", str(o.policy), "--expect-cache", o.expect_cache,
-               "--schedule", c.schedule, "--concurrency", str(c.concurrency),
-               "--repeat", str(c.repeat)]
-    options += ["--require-tier", o.require_tier] if o.require_tier else []
-    options += ["--allow-model-mismatch"] if o.allow_model_mismatch else []
-    options += ["--allow-numerics-mismatch"] if o.allow_numerics_mismatch else []
+    c = result.final
+    final = replace(settings.options, schedule=c.schedule, repeat=c.repeat)
+    options = ["--api", settings.api, *replay_argv(final), "--concurrency", str(c.concurrency)]
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
     q = shlex.join

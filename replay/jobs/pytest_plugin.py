@@ -8,8 +8,11 @@ starts one server for the whole session and stops it at the end), `--golden-mode
 that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
 visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
 `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
-keep every replay's JSON report (CI artifacts). Without a server option the tests that use
-`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator.
+keep every replay's JSON report (CI artifacts), `--golden-api-key KEY` (or the environment's
+GOLDEN_API_KEY) for a server started with an API key. Without a server option the tests that use
+`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator; an
+option given empty (`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip,
+and an unreachable server errors every test that uses it.
 
 Verdicts map onto pytest's own: `pass` returns the report dict, `fail` fails the test with the
 same first-divergence lines the CLI prints, `error` (no verdict: unreachable server, unreadable
@@ -18,15 +21,13 @@ golden, model mismatch) raises GoldenReplayError and is counted as an error, nev
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:
-    from replay.judge.diff import Policy
 
 # The plugin is loaded into every pytest run of an environment that has golden-replay installed,
 # so the tool itself (numpy, zarr, aiohttp, rich) is imported only when a test asks for it.
@@ -54,6 +55,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Where launched servers write their logs (default: a pytest temp dir).")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,
                     help="Write each replay's JSON report here, named after the test.")
+    group.addoption("--golden-api-key", metavar="KEY", default=None,
+                    help=f"Bearer token for the server (or {API_KEY_ENV}); never written anywhere.")
+
+
+API_KEY_ENV = "GOLDEN_API_KEY"
+NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An option given with an empty value is a mistake (typically an unset CI variable), not a
+    request to skip: refused before any test runs."""
+    for name in NOT_EMPTY:
+        value = config.getoption(name, default=None)
+        if value is not None and not str(value).strip():
+            flag = "--" + name.replace("_", "-")
+            raise pytest.UsageError(f"{flag} is empty (an unset CI variable?): give a value, or "
+                                    "leave the option out to skip the golden tests")
+
+
+def api_key(config: pytest.Config) -> str | None:
+    """--golden-api-key, else GOLDEN_API_KEY (an empty variable counts as unset)."""
+    return config.getoption("golden_api_key") or os.environ.get(API_KEY_ENV) or None
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +89,7 @@ def golden_server(request: pytest.FixtureRequest,
     if not server and not launch:
         pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
     from replay.utils.errors import GoldenError
-    from replay.jobs.session import ServerTarget
+    from replay.server.target import ServerTarget
 
     log_dir_opt = config.getoption("golden_log_dir")
     log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
@@ -75,7 +98,7 @@ def golden_server(request: pytest.FixtureRequest,
                               model=config.getoption("golden_model"), log_dir=log_dir,
                               attention_backend=config.getoption("golden_attention_backend"),
                               notify=_say(config))
-        with target.serving() as url:
+        with target.serving(api_key(config)) as url:
             yield url
     except GoldenError as exc:
         pytest.fail(f"golden server: {exc}", pytrace=False)
@@ -93,19 +116,20 @@ def _say(config: pytest.Config) -> Callable[[str], None]:
 
 @pytest.fixture
 def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenReplay:
-    """`golden_replay(path, **options) -> report dict`; options as in `golden replay`:
-    policy, schedule, repeat, expect_cache, require_tier, allow_model_mismatch,
-    allow_numerics_mismatch, shard, concurrency, timeout, api."""
+    """`golden_replay(path, **options) -> report dict`; options as in `golden replay`: every
+    field of ReplayOptions (policy, schedule, repeat, expect_cache, require_tier,
+    allow_model_mismatch, allow_numerics_mismatch, ...), shard, concurrency, timeout, api."""
     from replay.report.views import first_failure_lines, verdict_line
     from replay.report.files import write_reports
 
     report_dir = request.config.getoption("golden_report_dir")
     api = request.config.getoption("golden_api")
+    key = api_key(request.config)
     test_dir = request.path.parent
 
     def run(path: str | Path, **options: Any) -> dict[str, Any]:
         golden_path = resolve_golden_path(Path(path), test_dir)
-        doc = replay_golden(golden_server, golden_path, **{"api": api, **options})
+        doc = replay_golden(golden_server, golden_path, **{"api": api, "api_key": key, **options})
         if report_dir:
             Path(report_dir).mkdir(parents=True, exist_ok=True)
             write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
@@ -118,27 +142,24 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     return run
 
 
-def replay_golden(url: str, golden_path: Path, *, policy: "str | Policy" = "exact",
-                  schedule: str = "lockstep", repeat: int = 1, expect_cache: str = "auto",
-                  require_tier: str | None = None, allow_model_mismatch: bool = False,
-                  allow_numerics_mismatch: bool = False, shard: str | None = None, concurrency: int = 16,
-                  timeout: float = 900.0, api: str = "auto") -> dict[str, Any]:
-    """One replay as a report dict. Bad options raise UsageError (a mistake in the test itself,
-    shown as such); everything else that prevents a verdict is an `error` report."""
+def replay_golden(url: str, golden_path: Path, *, shard: str | None = None,
+                  concurrency: int = 16, timeout: float = 900.0, api: str = "auto",
+                  api_key: str | None = None, **options: Any) -> dict[str, Any]:
+    """One replay as a report dict; `options` are ReplayOptions' fields (policy, schedule,
+    repeat, expect_cache, ...: those of `golden replay`). Bad options raise UsageError (a mistake
+    in the test itself, shown as such); everything else that prevents a verdict is an `error`
+    report."""
     from replay.jobs import session
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
     from replay.golden.shard import parse_shard
 
-    options = ReplayOptions(policy=policy, schedule=schedule, repeat=repeat,
-                            expect_cache=expect_cache, require_tier=require_tier,
-                            allow_model_mismatch=allow_model_mismatch,
-                            allow_numerics_mismatch=allow_numerics_mismatch)
-    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout)
+    replay_options = ReplayOptions(**options)
+    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
     if shard is not None:
         parse_shard(shard)
-    return session.replay_golden(golden_path, session.ServerTarget(url=url), options, copts,
-                                 api=api, shard=shard)
+    return session.replay_golden(golden_path, session.ServerTarget(url=url), replay_options,
+                                 copts, api=api, shard=shard)
 
 
 def resolve_golden_path(path: Path, test_dir: Path) -> Path:

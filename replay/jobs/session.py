@@ -17,26 +17,29 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ContextManager
 
 from replay.utils import aio
 from replay.judge.cache_check import server_flag
 from replay.server.transport import ClientOptions
+from replay.server.apis.base import Api
 from replay.server.connection import Connection, connect
-from replay.utils.errors import GoldenError, GoldenFormatError, ModelMismatch, UsageError
+from replay.server.target import ServerTarget
+from replay.utils.errors import (GoldenError, GoldenFormatError, ModelMismatch, NumericsMismatch,
+                                 UsageError)
 from replay.golden.fingerprint import model_identity, redact_url
 from replay.golden.model import Golden
 from replay.golden.meaning import check_meaning
-from replay.golden.store import read_golden, write_golden
+from replay.golden.store import content_checksum, read_golden, write_golden
 from replay.run.journal import Journal, journal_path
 from replay.run.recorder import RecordOptions, record, server_facts
 from replay.utils.redact import scrub, url_secrets
 from replay.run.replayer import ReplayOptions, replay
-from replay.report.document import report_dict
+from replay.report.document import RunSetup, report_dict
 from replay.golden.scenario import Plan
-from replay.golden.shard import shard_golden
+from replay.golden.shard import parse_shard, shard_golden
 
 Tick = Callable[[str], None]
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
@@ -44,49 +47,28 @@ Notify = Callable[[str], None]
 DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
 
 
-@dataclass(frozen=True)
-class ServerTarget:
-    """Where the server is: a running one (`url`) or a launch profile to start and stop."""
-
-    url: str | None = None
-    profile: str | None = None  # a built-in profile name or a TOML file
-    model: str | None = None  # for profiles that need one
-    log_dir: Path = Path("golden-logs")
-    fault: str | None = None  # embedded-engine profiles only
-    extra_args: tuple[str, ...] = field(default_factory=tuple)
-    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
-    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.profile is None):
-            raise UsageError("give exactly one of --server URL or --launch PROFILE")
-        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
-            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
-                             "--launch")
-
-    @property
-    def label(self) -> str:
-        """How reports name the server before it answers (credentials never shown)."""
-        if self.url:
-            return redact_url(self.url)
-        name = str(self.profile)
-        return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
-
-    def serving(self, api_key: str | None = None) -> ContextManager[str]:
-        """A context yielding the URL: the given one, or a launched server's (always stopped;
-        `api_key` goes with its warm-up request, for a server started with one)."""
-        from replay.server.launch import server_for  # subprocess machinery only when launching
-
-        return server_for(self.url, self.profile, self.model, self.log_dir, fault=self.fault,
-                          extra_args=self.extra_args, attention_backend=self.attention_backend,
-                          notify=self.notify, api_key=api_key)
-
-
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
-    """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded."""
+    """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded; its
+    `checksum` names the whole golden's content (a shard keeps it)."""
     loaded = read_golden(golden) if isinstance(golden, Path) else golden
     check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
+    if loaded.checksum is None:
+        loaded = replace(loaded, checksum=content_checksum(loaded))
     return shard_golden(loaded, shard) if shard else loaded
+
+
+def shard_of(golden: Golden) -> str | None:
+    """"i/n" for a sharded golden (sharded here or by the caller, e.g. the matrix), else None."""
+    meta = golden.meta.get("shard")
+    return f"{meta['index']}/{meta['count']}" if isinstance(meta, dict) else None
+
+
+def run_setup(target: "ServerTarget", options: ReplayOptions, shard: str | None,
+              checksum: str | None = None) -> RunSetup:
+    """What a replay report records of what was asked (docs/report.md)."""
+    return RunSetup(golden_sha256=checksum, shard=str(parse_shard(shard)) if shard else None,
+                    repeat=options.repeat, expect_cache=options.expect_cache,
+                    require_tier=options.require_tier, target=target.setup_label)
 
 
 @contextlib.contextmanager
@@ -112,23 +94,41 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
     name = name or (str(golden) if isinstance(golden, Path) else "in-memory")
     server = target.label
     secrets = known_secrets(client, target)
+    setup = run_setup(target, options, shard)
     try:
         loaded = load_golden(golden, shard)
+        setup = replace(setup, golden_sha256=loaded.checksum, shard=shard_of(loaded))
         with target.serving(client.api_key) as url:
             server = redact_url(url)
             total = len(loaded.requests) * options.repeat
             with _progress(progress, f"replay {Path(name).name}", total) as tick:
                 result = aio.run(_replay(url, loaded, name, options, client, api, tick))
+            routed(result, loaded, url)
         compared_nothing(result)
     except GoldenError as exc:
-        return report_dict(None, golden=name, server=server, policy=str(options.policy),
-                           error=scrub(str(exc), secrets))
+        doc = report_dict(None, golden=name, server=server, policy=str(options.policy),
+                          error=scrub(str(exc), secrets), setup=setup)
+        if isinstance(exc, NumericsMismatch) and exc.numerics is not None:
+            doc["numerics"] = exc.numerics  # which fields differed, as documented
+        return doc
     except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
         if os.environ.get(DEBUG_ENV):
             raise
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
-                           error=scrub(unexpected(exc), secrets))
-    return report_dict(result, golden=name, server=server, policy=str(options.policy))
+                           error=scrub(unexpected(exc), secrets), setup=setup)
+    return report_dict(result, golden=name, server=server, policy=str(options.policy),
+                       setup=setup)
+
+
+def routed(result: Any, golden: Golden, url: str) -> None:
+    """Through a launched topology (workers behind SGLang's router): who served each request,
+    and which misses the routing caused (replay/jobs/routing.py)."""
+    from replay.server.topology import RoutedURL
+
+    if isinstance(url, RoutedURL):
+        from replay.jobs.routing import apply_routing
+
+        apply_routing(result, golden, url.topology)
 
 
 def unexpected(exc: BaseException) -> str:
@@ -181,11 +181,14 @@ class ModelChanged(ModelMismatch):
     """The server's model changed while the reference was being recorded: nothing was written."""
 
 
-def reference_warnings(server_info: dict[str, Any]) -> list[str]:
-    """What is suspicious about a server used to record a reference, from what it reports: the
-    radix cache warning only when the server says its cache is on (`disable_radix_cache` false);
-    a server that does not say (an OpenAI-compatible one) gets no warning."""
-    if "disable_radix_cache" in server_info and not server_flag(server_info, "disable_radix_cache"):
+def reference_warnings(server_info: dict[str, Any], api: Api) -> list[str]:
+    """What is suspicious about a server used to record a reference (through `api`, whose own
+    requests may turn reuse off: its `bypasses_cache` trait). The radix-cache warning comes from
+    what the server reports: only when it says its cache is on (`disable_radix_cache` false); a
+    server that does not say (an OpenAI-compatible one) gets no warning the tool cannot know."""
+    if api.bypasses_cache or "disable_radix_cache" not in server_info:
+        return []
+    if not server_flag(server_info, "disable_radix_cache"):
         return ["the server has its radix cache on; a reference should be recorded with the "
                 "cache disabled (a reference profile such as sglang-reference)"]
     return []
@@ -239,7 +242,7 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     from replay.run.recorder import NonDeterministicReference
 
     facts = await server_facts(conn)
-    for warning in reference_warnings(facts.server_info):
+    for warning in reference_warnings(facts.server_info, conn.api):
         if notify:
             notify(f"warning: {warning}")
     journal, already = None, {}

@@ -25,8 +25,9 @@ from replay.run.compare import compare_goldens
 from replay.golden.store import read_golden, write_golden
 from replay.run.recorder import RecordOptions
 from replay.golden.scenario import ScenarioSpec, build_plan
-from replay.jobs.session import (ServerTarget, known_secrets, record_connected, reference_warnings,
-                            secrets_scrubbed)
+from replay.jobs.session import (known_secrets, record_connected, reference_warnings,
+                                 secrets_scrubbed)
+from replay.server.target import ServerTarget
 
 UNCHANGED = "unchanged"
 CHANGED = "changed"
@@ -78,7 +79,7 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
         results = []
         async with connect(url, client_options, api, reference=True) as conn:
             server_info = await conn.server_info()
-            warnings = reference_warnings(server_info)
+            warnings = reference_warnings(server_info, conn.api)
             serving = model_identity(await conn.model_info(), server_info)
             for path in paths:
                 result, new = await update_one(conn, path, options, serving=serving)

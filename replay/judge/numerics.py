@@ -35,9 +35,15 @@ the `hicache_*` settings, pool sizes (`max_total_tokens`, `mem_fraction_static`,
 expectation instead), `random_seed` (greedy decoding).
 
 A field absent on either side (an older golden, llama.cpp, a server that does not report it) is
-not a mismatch: it is shown as `null`. A server whose arithmetic does not depend on some of these
-by construction (the embedded engine: portable math, identical bits on any device, page size and
-chunking) lists them in `/server_info["numerics_independent_of"]`; they are shown, not enforced.
+not a mismatch: it is shown as `null`.
+
+Which fields may differ is this module's decision, never the server's alone. A server whose
+arithmetic does not depend on some fields by construction (the embedded engine: portable math,
+identical bits on any device, page size and chunking) lists them in
+`/server_info["numerics_independent_of"]`; a field is shown and not enforced only when it is one
+of `MAY_BE_INDEPENDENT` (the fields a fixed reduction order can make irrelevant) and both the
+reference (the golden's stored `/server_info`) and the replay server declare it. Anything else a
+server declares (deterministic inference, a backend, a dtype...) is compared as usual.
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ NUMERICS_FIELDS: tuple[str, ...] = (
     "speculative_algorithm",
 )
 INDEPENDENT_KEY = "numerics_independent_of"
+# The only fields a server may be independent of: how the work is laid out (device, pages,
+# chunks), which portable math with a fixed reduction order makes irrelevant. Kernels,
+# precision, parallelism and determinism switches always change bits.
+MAY_BE_INDEPENDENT: tuple[str, ...] = ("device", "page_size", "chunked_prefill_size")
 
 
 @dataclass(frozen=True)
@@ -88,9 +98,8 @@ class NumericsComparison:
 def compare_numerics(golden_info: dict[str, Any], replay_info: dict[str, Any]) -> NumericsComparison:
     """Compare the numerics fields of the golden's stored reference `/server_info` with the
     replay server's. Only fields present on both sides can differ."""
-    independent = replay_info.get(INDEPENDENT_KEY)
-    skipped = tuple(f for f in NUMERICS_FIELDS
-                    if isinstance(independent, list) and f in independent)
+    skipped = tuple(f for f in MAY_BE_INDEPENDENT
+                    if f in _declared(golden_info) and f in _declared(replay_info))
     fields: dict[str, dict[str, Any]] = {}
     differing = []
     for name in NUMERICS_FIELDS:
@@ -101,6 +110,11 @@ def compare_numerics(golden_info: dict[str, Any], replay_info: dict[str, Any]) -
         if name in golden_info and name in replay_info and a != b and name not in skipped:
             differing.append(name)
     return NumericsComparison(fields=fields, differing=tuple(differing), independent=skipped)
+
+
+def _declared(info: dict[str, Any]) -> list[Any]:
+    independent = info.get(INDEPENDENT_KEY)
+    return independent if isinstance(independent, list) else []
 
 
 def _show(value: Any) -> str:

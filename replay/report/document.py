@@ -7,6 +7,7 @@ documented JSON form, which every view reads (replay/report/views.py, replay/rep
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,9 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "first_divergence": first,
         "token_divergence_position": d.token_position,
     }
+    if o.worker is not None:  # replayed through a router (docs/topologies.md)
+        out["worker"] = o.worker
+        out["routing_note"] = o.routing_note
     if d.status != IDENTICAL:
         n = min(DETAIL_POSITIONS, len(d.abs_delta))
         out["detail"] = {
@@ -73,11 +77,31 @@ def _clean_top(top: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """What a replay was asked to do, known before it starts: written into every report, an
+    error report too, so `golden report --merge` can tell whether shard reports belong together
+    (the same golden by content, the same shard count, options and server)."""
+
+    golden_sha256: str | None = None  # the golden's content checksum (Golden.checksum)
+    shard: str | None = None  # "i/n", None for the whole golden
+    repeat: int = 1
+    expect_cache: str = "auto"  # as asked (the report's `expect_cache` is what it resolved to)
+    require_tier: str | None = None
+    target: str | None = None  # "launch:PROFILE" or the redacted URL, as given
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"golden_sha256": self.golden_sha256, "shard": self.shard, "repeat": self.repeat,
+                "expect_cache_asked": self.expect_cache, "require_tier": self.require_tier,
+                "server_target": self.target}
+
+
 def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy: str,
-                error: str | None = None) -> dict[str, Any]:
+                error: str | None = None, setup: RunSetup | None = None) -> dict[str, Any]:
+    asked = (setup or RunSetup()).as_dict()
     if result is None:
         return {"schema": SCHEMA, "verdict": "error", "error": error, "golden": golden,
-                "server": server, "policy": policy, "summary": None, "requests": []}
+                "server": server, "policy": policy, **asked, "summary": None, "requests": []}
     outcomes = result.outcomes
     failed_repeats = sorted({o.repeat for o in outcomes if not o.passed})
     finite_kl = [o.diff.mean_kl for o in outcomes if np.isfinite(o.diff.mean_kl)]
@@ -89,6 +113,7 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
         "golden": golden,
         "server": server,
         "policy": policy,
+        **asked,
         "expect_cache": result.expectation,
         "require_tier": result.require_tier,
         "tier_problem": result.tier_problem,
@@ -111,6 +136,7 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "cached_tokens_by_tier": result.tiers,
         },
         "numerics": result.numerics,
+        **({"routing": result.routing} if result.routing is not None else {}),
         "golden_meta": result.golden_meta,
         "server_meta": result.server_meta,
         "requests": [outcome_dict(o) for o in outcomes],

@@ -27,6 +27,8 @@ class RequestOutcome:
     top: dict[str, Any] | None = None  # top-k of both sides at the first divergence
     num_retractions: int = 0  # times the server retracted this request (meta_info)
     retraction_lag: int = 0  # checkpoint lag allowed because its parent was retracted
+    worker: int | None = None  # behind a router: the worker that served it (replay/jobs/routing.py)
+    routing_note: str | None = None  # a shortfall the routing explains (not a cache bug)
 
     @property
     def status(self) -> str:
@@ -54,6 +56,9 @@ class ReplayResult:
     server_meta: dict[str, Any] = field(default_factory=dict)
     storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
     numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
+    routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
+    # workers share one L3 directory: a turn-0 branch > 0 may reuse its group prefix from there
+    siblings_share_storage: bool = False
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
@@ -64,21 +69,35 @@ class ReplayResult:
         return [{"id": o.id, "repeat": o.repeat, "storage": o.cached_details.get("storage", 0)}
                 for o in self.outcomes
                 if o.cached_details.get("storage", 0) > 0
-                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0]
+                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0
+                and not (self.siblings_share_storage and (parse_request_id(o.id) or (0, 0, 0))[1] > 0)]
 
     @property
     def warnings(self) -> list[str]:
         """Things a reader must know that do not change the verdict by themselves."""
+        notes = []
         stale = self.storage_hits_after_clear
-        if not stale:
-            return []
-        return [f"{len(stale)} turn-0 request(s) were served from L3 storage in a repeat that "
-                "began by clearing it: the clear did not empty the tier, so the repeat did not "
-                "start cold"]
+        if stale:
+            notes.append(f"{len(stale)} turn-0 request(s) were served from L3 storage in a "
+                         "repeat that began by clearing it: the clear did not empty the tier, so "
+                         "the repeat did not start cold")
+        if self.require_tier and self.tier_deferred:
+            notes.append(f"--require-tier {self.require_tier} is judged over the whole golden "
+                         "by `golden report --merge` (this shard alone saw "
+                         f"{self.require_tier}={self.tiers.get(self.require_tier, 0)} tokens)")
+        return notes
+
+    @property
+    def tier_deferred(self) -> bool:
+        """A shard of several: whether the tier was used depends on the cache pressure of the
+        whole golden (a shard may fit the device pool), so the merge judges it."""
+        shard = self.golden_meta.get("shard")
+        return isinstance(shard, dict) and shard.get("count", 1) > 1
 
     @property
     def tier_problem(self) -> str | None:
-        if self.require_tier and self.tiers.get(self.require_tier, 0) == 0:
+        if self.require_tier and not self.tier_deferred \
+                and self.tiers.get(self.require_tier, 0) == 0:
             seen = ", ".join(f"{k}={v}" for k, v in sorted(self.tiers.items())) or "none"
             return f"no cache hits came from the {self.require_tier} tier (tokens by tier: {seen})"
         return None

@@ -63,9 +63,26 @@ def verdict_line(report: dict[str, Any]) -> str:
             f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
     if report.get("tier_problem"):
         line += f"; {report['tier_problem']}"
+    if report.get("routing"):
+        line += f"; {routing_text(report['routing'])}"
     for warning in report.get("warnings") or []:
         line += f"; warning: {warning}"
     return line
+
+
+def routing_text(routing: dict[str, Any]) -> str:
+    """What the routing achieved, and which worker failed (docs/topologies.md)."""
+    rate = (f"{routing['hits_met']}/{routing['expected_hits']} expected hits met"
+            if routing["expected_hits"] else "no hit expected")
+    text = f"routing {routing['policy']} over {len(routing['per_worker'])} workers: {rate}"
+    if routing["routing_misses"]:
+        text += (f", {routing['routing_misses']} miss(es) the routing caused (prefix on another "
+                 "worker; not cache bugs)")
+    for w in routing["per_worker"]:
+        if w["failed"]:
+            fault = f", fault {w['fault']}" if w.get("fault") else ""
+            text += f"; {w['failed']} failure(s) on worker {w['index']} ({w['url']}{fault})"
+    return text
 
 
 def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:

@@ -14,7 +14,7 @@ import numpy as np
 from replay.judge.diff import Policy, diff_outputs
 from replay.utils.errors import UsageError
 from replay.golden.model import Golden
-from replay.report.document import report_dict
+from replay.report.document import RunSetup, report_dict
 from replay.report.results import ReplayResult, RequestOutcome
 
 
@@ -36,7 +36,9 @@ def compare_goldens(a: Golden, b: Golden, name_a: str, name_b: str, policy: Poli
             id=ra.id, repeat=0, diff=diff_outputs(ra, rb, policy), cached_tokens=rb.cached_tokens,
             cached_details=rb.cached_details, expected_min_cached=None, cache_problem=None,
         ))
-    doc = report_dict(result, golden=name_a, server=name_b, policy=str(policy))
+    doc = report_dict(result, golden=name_a, server=name_b, policy=str(policy),
+                      setup=RunSetup(golden_sha256=a.checksum, expect_cache="none",
+                                     target=name_b))
     doc["summary"]["requests_not_comparable"] = skipped
     if skipped and doc["verdict"] == "pass":  # inputs differ with no divergence seen: new tree
         raise UsageError(f"{name_a} and {name_b} send different inputs to {skipped[0]}: not comparable")

@@ -19,7 +19,7 @@ from replay.judge.diff import IDENTICAL, Policy, diff_outputs
 from replay.utils.errors import MalformedResponse, UsageError
 from replay.golden.fingerprint import model_identity, source_meta, vocab_size
 from replay.golden.model import Golden, RecordedRequest
-from replay.golden.meaning import logprob_problem
+from replay.golden.meaning import logprob_problem, top_k_missing
 from replay.run.journal import Journal
 from replay.run.runner import check_schedule, run_nodes
 from replay.golden.scenario import Plan, check_vocab
@@ -55,7 +55,7 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
         return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
 
     def on_done(i: int, completion: Completion) -> None:
-        refuse_unless_logprobs(plan.requests[i].id, completion)
+        refuse_unless_logprobs(plan.requests[i].id, completion, plan.spec.top_k)
         done[i] = completion
         if journal:
             journal.add(i, plan.requests[i].id, completion)
@@ -71,14 +71,19 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
     return [done[i] for i in range(len(plan.requests))]
 
 
-def refuse_unless_logprobs(request_id: str, completion: Completion) -> None:
-    """A reference whose logprobs are not log-probabilities (NaN, infinite, positive) is never
-    recorded: a NaN matches itself bit for bit, so the golden would pass against the very
-    server that produced it."""
+def refuse_unless_logprobs(request_id: str, completion: Completion, top_k: int = 0) -> None:
+    """A reference whose logprobs are not log-probabilities (NaN, infinite, positive), or that
+    sent no top-k where `top_k` was asked, is never recorded: a NaN matches itself bit for bit
+    and a missing top-k compares nothing, so the golden would pass against the very server
+    that produced it."""
     problem = logprob_problem(completion.logprobs, completion.top_ids, completion.top_logprobs)
     if problem:
         raise MalformedResponse(f"request {request_id}: the reference's {problem} is not a "
                                 "log-probability; refusing to record it")
+    missing = top_k_missing(completion.top_ids, len(completion.output_ids), top_k)
+    if missing:
+        raise MalformedResponse(f"request {request_id}: the reference sent {missing}; refusing "
+                                "to record it")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ diffed as they arrive and only the judgement is kept.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -30,10 +30,13 @@ Progress = Callable[[str], None]
 TIERS = ("host", "storage", "device")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
-    """How a golden is replayed and judged; checked on construction (UsageError, exit 2).
-    `policy` may be given as text (`exact`, `kl:THR`, `ulp:N`)."""
+    """How a golden is replayed and judged: the one declaration of the replay options. Checked on
+    construction (UsageError, exit 2); keyword-only. `policy` may be given as text (`exact`,
+    `kl:THR`, `ulp:N`). Each field is the option `--field-name` of `golden replay` (one
+    declaration in cli/options.py `REPLAY_FLAGS`; `replay_argv` writes it back);
+    tests/unit/run/test_options_parity.py keeps the three in step."""
 
     policy: Policy = Policy("exact")
     schedule: str = "lockstep"
@@ -53,6 +56,24 @@ class ReplayOptions:
             raise UsageError(f"invalid --require-tier {self.require_tier!r}: use host or storage")
 
 
+def option_flag(name: str) -> str:
+    """The command-line flag of a ReplayOptions field: `allow_model_mismatch` ->
+    `--allow-model-mismatch`."""
+    return "--" + name.replace("_", "-")
+
+
+def replay_argv(options: ReplayOptions) -> list[str]:
+    """The `golden replay` arguments that rebuild `options` (repro.sh): every valued option with
+    its value, every true switch by its flag, None and false left out (their defaults)."""
+    argv: list[str] = []
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if value is None or value is False:
+            continue
+        argv += [option_flag(f.name)] if value is True else [option_flag(f.name), str(value)]
+    return argv
+
+
 def check_model(golden: Golden, server_info: dict[str, Any], model_info: dict[str, Any]) -> None:
     recorded = model_identity(golden.meta.get("model_info", {}), golden.meta.get("server_info", {}))
     serving = model_identity(model_info, server_info)
@@ -70,7 +91,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     numerics = compare_numerics(golden.meta.get("server_info", {}), server_info)
     if numerics.differing and not options.allow_numerics_mismatch:
         raise NumericsMismatch(f"{numerics.mismatch_line()} (pass --allow-numerics-mismatch "
-                               "to replay anyway)")
+                               "to replay anyway)", numerics.as_dict(allowed=False))
     check_sampling_defaults(model_info, {**golden.sampling, "max_new_tokens": 0})
     expectation = parse_expectation(options.expect_cache, server_info, model_info,
                                     conn.api.expect_cache_auto)

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis import resolve_api
-from replay.server.apis.base import Api, Completion, SupportsHitSources
+from replay.server.apis.base import (Api, Completion, SupportsFastParse, SupportsHitSources,
+                                     SupportsPrepare, SupportsStorageClear)
 from replay.server.transport import ClientOptions, ServerClient
 from replay.utils.errors import MalformedResponse
 
@@ -40,7 +41,10 @@ class Connection:
         await self.api.flush_cache(self.client)
 
     async def clear_storage(self, server_info: dict[str, Any]) -> bool:
-        return await self.api.clear_storage(self.client, server_info)
+        """Empty the server's storage tier where the API has one; False: nothing cleared."""
+        if isinstance(self.api, SupportsStorageClear):
+            return await self.api.clear_storage(self.client, server_info)
+        return False
 
     async def hit_sources(self) -> dict[str, int] | None:
         """Cached prompt tokens so far by tier, for servers that count them apart from their
@@ -52,15 +56,14 @@ class Connection:
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None) -> Completion:
         """One generation: the adapter's request, sent, and its answer parsed strictly. An
-        adapter with a `parse_text` method reads the answer's text itself (typed decoding)."""
+        adapter that `SupportsFastParse` reads the answer's text itself (typed decoding)."""
         path, body = self.api.request(input_ids, max_new_tokens, top_k)
         budget = response_budget(len(input_ids), max_new_tokens, top_k)
-        parse_text = getattr(self.api, "parse_text", None)
         try:
-            if parse_text is not None:
+            if isinstance(self.api, SupportsFastParse):
                 text = await self.client.post_text(path, body, request_id, max_bytes=budget)
-                return parse_text(text, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
-                                  vocab_size=vocab_size)
+                return self.api.parse_text(text, request_id, max_new_tokens=max_new_tokens,
+                                           top_k=top_k, vocab_size=vocab_size)
             raw = await self.client.post(path, body, request_id, max_bytes=budget)
             return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
                                   vocab_size=vocab_size)
@@ -81,4 +84,7 @@ async def connect(url: str, options: ClientOptions | None = None, api: str = "au
     """`async with connect(url, options, api) as conn:`. `api` is an adapter name or `auto`
     (ask the server); `reference` turns per-request cache switches off (see `get_api`)."""
     async with ServerClient(url, options) as client:
-        yield Connection(client, await resolve_api(client, api, reference=reference))
+        adapter = await resolve_api(client, api, reference=reference)
+        if isinstance(adapter, SupportsPrepare):
+            await adapter.prepare(client)
+        yield Connection(client, adapter)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from replay.server.gpu import choose_attention_backend
 from replay.server.process_group import exited_soon, stop_process_group
 from replay.utils.redact import redact_text
 from replay.server.guard import watchdog
+from replay.server.listener import Unconfirmed, confirm_listener
 
 LOOPBACK = "127.0.0.1"
 # Placeholders a profile may use. The launcher fills python, host, port, log_dir, scratch_dir and
@@ -272,6 +273,7 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
         dog.watch(proc.pid)  # from here the server dies with us, even on SIGKILL
         try:
             wait_until_ready(proc, url, profile, log_path, api_key)
+            confirm_ours(proc, port, profile)
             try:
                 yield url
             except GoldenError as exc:
@@ -291,30 +293,6 @@ def scratch_directory(parent: Path, name: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def server_for(server: str | None, launch: str | None, model: str | None, log_dir: Path, *,
-               fault: str | None = None, extra_args: Sequence[str] = (),
-               attention_backend: str | None = None, notify: Notify | None = None,
-               api_key: str | None = None) -> ContextManager[str]:
-    """`--server URL` or `--launch PROFILE` (exactly one) as a context manager yielding a URL.
-    `api_key` goes with the launched server's warm-up request (a server started with one).
-
-    The profile is loaded and its values checked here, before anything starts, so a typo or a
-    missing --model is reported at once.
-    """
-    if (server is None) == (launch is None):
-        raise UsageError("give exactly one of --server URL or --launch PROFILE")
-    if server is not None:
-        if fault or extra_args or attention_backend:
-            raise UsageError("--fault, --server-arg and --attention-backend apply only with --launch")
-        return contextlib.nullcontext(server)
-    assert launch is not None
-    profile = load_profile(launch)
-    check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
-    return launched(profile, model=model, log_path=Path(log_dir) / f"{profile.name}.log",
-                    fault=fault, extra_args=extra_args, attention_backend=attention_backend,
-                    notify=notify, api_key=api_key)
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -354,6 +332,16 @@ def wait_until_ready(proc: subprocess.Popen[bytes], url: str, profile: LaunchPro
         warm_up(proc, url, profile, deadline, log_path, api_key)
     if proc.poll() is not None:  # whatever answered, it was not our server (e.g. a port race)
         raise ServerError(died_message(profile, proc, log_path, "while starting"))
+
+
+def confirm_ours(proc: subprocess.Popen[bytes], port: int, profile: LaunchProfile) -> None:
+    """The port that answered is held by the launched process (or its children), not by a
+    stranger that took it first (replay/server/listener.py); else a ServerError (exit 2)."""
+    try:
+        confirm_listener(proc.pid, port)
+    except Unconfirmed as exc:
+        raise ServerError(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
+                          "a server that may not be the launched one") from None
 
 
 def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile,

@@ -114,7 +114,7 @@ class ServerClient:
         """Like `post`, but the answer's bytes, undecoded (for adapters that decode it typed)."""
         async with self._slots:
             status, data = await self._exchange("POST", path, f"request {request_id}", body,
-                                                max_bytes)
+                                                max_bytes, headers=request_id_header(request_id))
         if status != 200:
             raise ServerError(f"request {request_id}: {self.url}{path} answered HTTP {status}: "
                               f"{self._text(data)}{auth_hint(status)}")
@@ -212,6 +212,13 @@ class ServerClient:
                 raise ServerError(too_big)
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def request_id_header(request_id: str) -> dict[str, str]:
+    """`X-Request-Id: <id>` on every generation: a router logs which worker got which id (the
+    standard header, which servers and routers that do not use it ignore)."""
+    safe = "".join(c if 32 < ord(c) < 127 else "_" for c in request_id)[:128]
+    return {"X-Request-Id": safe}
 
 
 def auth_hint(status: int) -> str:

@@ -3,6 +3,8 @@
 An error is never a pass and never a fail. Every message is one line a user can act on.
 """
 
+from typing import Any
+
 
 class GoldenError(Exception):
     """Base class: anything that prevents a verdict (exit code 2)."""
@@ -29,4 +31,9 @@ class ModelMismatch(GoldenError):
 
 
 class NumericsMismatch(GoldenError):
-    """The replay server runs other arithmetic than the reference (replay/judge/numerics.py)."""
+    """The replay server runs other arithmetic than the reference (replay/judge/numerics.py).
+    `numerics` is the report's `numerics` object (docs/report.md), for the error report."""
+
+    def __init__(self, message: str, numerics: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.numerics = numerics

@@ -68,6 +68,17 @@ def _no_top_k(g):
         r.top_ids = r.top_logprobs = None
 
 
+def _no_top_k_on_one_request(g):
+    r = g.requests[1]
+    r.top_ids = r.top_logprobs = None
+
+
+def _empty_top_k_rows(g):
+    r = g.requests[1]
+    r.top_ids = np.full_like(r.top_ids, -1)
+    r.top_logprobs = np.full_like(r.top_logprobs, np.nan)
+
+
 def _duplicate_top_ids(g):
     r = g.requests[0]
     r.top_ids = r.top_ids.copy()
@@ -98,6 +109,8 @@ def _set_output_id(value):
     (_empty, "no requests"),
     (_all_turns_zero, "conversation tree"),
     (_no_top_k, "top-k"),
+    (_no_top_k_on_one_request, "no top-k"),
+    (_empty_top_k_rows, "no top-k entry"),
     (_duplicate_top_ids, "twice"),
     (_output_longer_than_max_new_tokens, "max_new_tokens"),
     (_set_logprob(np.nan), "log-probability"),
@@ -105,11 +118,29 @@ def _set_output_id(value):
     (_set_logprob(-np.inf), "log-probability"),
     (_set_output_id(-3), "outside"),
     (_set_output_id(2**31 - 1), "outside"),
-], ids=["empty", "turns-zero", "no-top-k", "duplicate-top", "length", "nan", "positive", "inf",
+], ids=["empty", "turns-zero", "no-top-k", "no-top-k-one-request", "empty-top-k-rows",
+        "duplicate-top", "length", "nan", "positive", "inf",
         "negative-id", "huge-id"])
 def test_a_golden_that_verifies_byte_for_byte_but_means_nothing_is_refused(golden, tmp_path,
                                                                            change, words):
     assert words in refused(rewritten(golden, tmp_path, change))
+
+
+def _send_no_top_k(n: int, ids: list[int], response: dict) -> dict:
+    meta = response["meta_info"]
+    meta["output_top_logprobs"] = [[] for _ in meta["output_top_logprobs"]]
+    for key in [k for k in meta if "top" in k and "flat" in k]:
+        del meta[key]
+    return response
+
+
+def test_a_reference_that_sends_no_top_k_when_asked_is_not_recorded(tmp_path):
+    out = tmp_path / "g.zarr"
+    with StubServer(StubConfig(radix=False, tamper=_send_no_top_k)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
+                                  "--out", str(out), "-q"])
+    assert res.exit_code == 2 and "no top-k entry" in res.output, res.output
+    assert not out.exists()
 
 
 # --- class 8: small goldens that would exhaust memory ---------------------------------------------

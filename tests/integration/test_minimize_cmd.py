@@ -180,14 +180,13 @@ def test_launch_starts_the_faulty_profile_once_and_the_repro_launches_it_again(g
     import replay.server.launch
 
     launches = []
-    real = replay.server.launch.server_for
+    real = replay.server.launch.launched
 
-    def counting(*args, **kwargs):
-        if args[1] is not None:  # a launch, not a running server's URL
-            launches.append(args[1])
-        return real(*args, **kwargs)
+    def counting(profile, **kwargs):
+        launches.append(profile.name)
+        return real(profile, **kwargs)
 
-    monkeypatch.setattr(replay.server.launch, "server_for", counting)
+    monkeypatch.setattr(replay.server.launch, "launched", counting)
     out = tmp_path / "out"
     res, doc = minimize(golden, out, "--launch", "embedded-hicache", "--fault", FAULT,
                         "--log-dir", str(tmp_path / "logs"))

@@ -68,3 +68,9 @@ def test_show_without_a_needed_model_is_a_usage_error():
 def test_show_an_unknown_profile():
     result = runner.invoke(app, ["show", "nope"])
     assert result.exit_code == 2 and "no launch profile or file named 'nope'" in result.output
+
+
+def test_profiles_lists_the_router_topologies_with_their_policy():
+    res = runner.invoke(app, [])
+    assert res.exit_code == 0
+    assert "router-cache-aware" in res.output and "round_robin" in res.output

@@ -87,6 +87,37 @@ def test_without_a_server_the_test_is_skipped_with_the_reason(pytester, golden):
     result.stdout.fnmatch_lines(["*no golden server: pass --golden-server URL or --golden-launch PROFILE*"])
 
 
+@pytest.mark.parametrize("option", ["--golden-server", "--golden-launch", "--golden-api-key"])
+def test_an_option_given_empty_is_a_usage_error_not_a_green_skip(pytester, golden, option):
+    result = run(pytester, golden, option, "")  # e.g. --golden-server "$UNSET_CI_VARIABLE"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option} is empty (an unset CI variable?)*"])
+
+
+def test_an_unreachable_server_is_an_error_not_a_skip(pytester, golden):
+    result = run(pytester, golden, "--golden-server", "http://127.0.0.1:9")
+    result.assert_outcomes(errors=1, skipped=0)
+    assert result.ret != 0
+
+
+def test_the_api_key_option_reaches_the_server_and_no_output(pytester, golden):
+    with StubServer(StubConfig()) as stub:
+        result = run(pytester, golden, "--golden-server", stub.url,
+                     "--golden-api-key", "s3cret-key")
+    result.assert_outcomes(passed=1)
+    assert stub.auth_headers and set(stub.auth_headers) == {"Bearer s3cret-key"}
+    assert "s3cret-key" not in result.stdout.str()
+
+
+def test_the_api_key_comes_from_golden_api_key_in_the_environment(pytester, golden,
+                                                                   monkeypatch):
+    monkeypatch.setenv("GOLDEN_API_KEY", "env-key")
+    with StubServer(StubConfig()) as stub:
+        result = run(pytester, golden, "--golden-server", stub.url)
+    result.assert_outcomes(passed=1)
+    assert set(stub.auth_headers) == {"Bearer env-key"}
+
+
 def test_launch_starts_one_server_for_the_session(pytester, golden, tmp_path):
     profile = fake_profile(tmp_path, "healthy_stub.py", name="stub")
     pytester.makepyfile(test_two=TEST_FILE.format(path=str(golden), options="")

@@ -5,7 +5,9 @@ builds through the transport (`replay.server.transport.ServerClient`, which know
 what `Api.parse` makes of the answer, a `Completion`. Parsers are strict: anything outside a
 protocol's promise raises `MalformedResponse` naming the request, because a response that cannot
 be read exactly must never become a verdict. Adapters state their traits as class attributes
-(`expect_cache_auto`, `flush_note`), never as keys injected into the server's own settings.
+(`expect_cache_auto`, `flush_note`, `bypasses_cache`), never as keys injected into the server's
+own settings, and have optional capabilities as named protocols (`SupportsFastParse`,
+`SupportsStorageClear`, `SupportsPrepare`), checked with isinstance.
 """
 
 from __future__ import annotations
@@ -40,16 +42,24 @@ class Completion:
     num_retractions: int = 0  # times the scheduler dropped and recomputed the request
 
 
+@runtime_checkable
 class Api(Protocol):
+    """What every adapter does. Optional capabilities are the `Supports*` protocols below,
+    found with isinstance (never getattr): an adapter has one by defining its method."""
+
     name: str
     # What `--expect-cache auto` means on this API when the server says nothing itself: None to
     # decide from the server's settings (SGLang), "none" where hits cannot be judged.
     expect_cache_auto: str | None
     # How `flush_cache` empties the server's cache, recorded with each golden and report.
     flush_note: str
+    # True when this adapter's own requests turn prefix reuse off (a reference through llama.cpp:
+    # `cache_prompt: false`), so the answers are cache-free whatever the server's settings.
+    bypasses_cache: bool
 
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
-        """The (path, JSON body) of one greedy generation with output logprobs."""
+        """The (path, JSON body) of one greedy generation with output logprobs; works on a
+        fresh adapter (what it learns in `SupportsPrepare.prepare` only refines the body)."""
         ...
 
     def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
@@ -58,7 +68,8 @@ class Api(Protocol):
         ...
 
     async def server_info(self, client: "ServerClient") -> dict[str, Any]:
-        """Server settings, SGLang-style keys where they exist (page_size, disable_radix_cache...)."""
+        """What the server says about its settings, SGLang-style keys where they exist
+        (page_size, disable_radix_cache...); never the adapter's own choices (those are traits)."""
         ...
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
@@ -66,12 +77,35 @@ class Api(Protocol):
         ...
 
     async def flush_cache(self, client: "ServerClient") -> None:
-        """Empty the server's prefix cache (before each replay repeat)."""
+        """Empty the server's prefix cache (before each replay repeat), as `flush_note` says."""
         ...
 
+
+@runtime_checkable
+class SupportsFastParse(Protocol):
+    """The adapter reads the answer's raw JSON text itself (typed decoding, SGLang), faster than
+    `parse` over a decoded object and with the same result."""
+
+    def parse_text(self, text: str, request_id: str, *, max_new_tokens: int, top_k: int,
+                   vocab_size: int | None) -> Completion:
+        ...
+
+
+@runtime_checkable
+class SupportsStorageClear(Protocol):
+    """The server may have an L3 storage tier, which a flush leaves alone (SGLang HiCache)."""
+
     async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
-        """Empty an attached L3 storage tier, which a flush leaves alone; False when the server
-        has none (nothing to clear)."""
+        """Empty the attached storage tier; False when the server has none (nothing cleared)."""
+        ...
+
+
+@runtime_checkable
+class SupportsPrepare(Protocol):
+    """The adapter learns something from the server before the first request (the OpenAI
+    adapter: the served model's id for the body's `model`); `connect` calls it once."""
+
+    async def prepare(self, client: "ServerClient") -> None:
         ...
 
 

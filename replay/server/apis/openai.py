@@ -16,23 +16,15 @@ adapter's `flush_note` says so (it lands in every golden and report as `meta.flu
 
 from __future__ import annotations
 
-import secrets
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay.server.apis.llamacpp import (
-    count,
-    fail,
-    first_model,
-    logprob,
-    model_fields,
-    parse_rows,
-    token_id,
-    top_width,
-)
+from replay.server.apis.base import Completion, token_id
+from replay.server.apis.base import malformed as fail
+from replay.server.apis.openai_style import (count, first_model, logprob, model_fields,
+                                             parse_rows, top_width)
 from replay.utils.errors import MalformedResponse
-from replay.server.apis.base import Completion
 
 if TYPE_CHECKING:
     from replay.server.transport import ServerClient
@@ -45,10 +37,11 @@ class OpenAIApi:
     name = "openai"
     expect_cache_auto = "none"  # no standard hit report to judge
     flush_note = FLUSH_NOTE
+    bypasses_cache = False  # `cache_prompt: false` is llama.cpp's; other servers may ignore it
 
     def __init__(self, *, reference: bool = False) -> None:
         self.reference = reference
-        self.model_id: str | None = None  # learned from /v1/models (model_info runs first)
+        self.model_id: str | None = None  # the body's `model`, learned by `prepare`
 
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
         n = int(max_new_tokens)
@@ -68,7 +61,6 @@ class OpenAIApi:
             body["model"] = self.model_id
         if self.reference:
             body["cache_prompt"] = False  # llama.cpp's switch; other servers ignore it
-            body["cache_salt"] = "golden-ref-" + secrets.token_hex(8)  # vLLM's: no shared blocks
         return "/v1/completions", body
 
     def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
@@ -103,18 +95,17 @@ class OpenAIApi:
         ids = [m.get("id") for m in models if isinstance(m, dict)] if isinstance(models, list) else []
         return {"served_models": ids}
 
+    async def prepare(self, client: "ServerClient") -> None:
+        """Learn the served model's id, which every request then names (`SupportsPrepare`);
+        without it a request names no model, which single-model servers accept."""
+        self.model_id = (await self.model_info(client))["model_id"]
+
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
         model = await first_model(client)
         if model is None:
             raise MalformedResponse(f"{client.url}/v1/models does not answer: is this an "
                                     "OpenAI-compatible server?")
-        info = model_fields(model)
-        self.model_id = info["model_id"]
-        return info
-
-    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
-        """No storage tier to clear through this API."""
-        return False
+        return model_fields(model)
 
     async def flush_cache(self, client: "ServerClient") -> None:
         """No standard endpoint: nothing is flushed (the adapter's `flush_note` says so)."""

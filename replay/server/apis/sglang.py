@@ -25,6 +25,7 @@ class SGLangApi:
     name = "sglang"
     expect_cache_auto = None  # decided from /server_info (radix cache, hybrid model)
     flush_note = "POST /flush_cache before each repeat"
+    bypasses_cache = False  # reuse is the server's setting (--disable-radix-cache)
 
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
         return "/generate", generate_body(input_ids, max_new_tokens, top_k)
@@ -41,7 +42,10 @@ class SGLangApi:
                           vocab_size=vocab_size)
 
     async def server_info(self, client: "ServerClient") -> dict[str, Any]:
-        return await client.get_json("/server_info", fallback="/get_server_info")
+        info = await client.get_json("/server_info", fallback="/get_server_info")
+        if info.get("router_manager"):  # SGLang's router: the facts are its workers'
+            return await router_facts(client)
+        return info
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
         return await client.get_json("/model_info", fallback="/get_model_info")
@@ -56,6 +60,11 @@ class SGLangApi:
         The endpoint takes the admin key where the server has one, else the API key."""
         if not server_info.get("hicache_storage_backend"):
             return False
+        if ROUTER_KEY in server_info:  # behind a router: every worker clears its own tier
+            for url in server_info[ROUTER_KEY]["workers"]:
+                async with type(client)(url, client.options) as worker:
+                    await self.clear_storage(worker, {"hicache_storage_backend": True})
+            return True
         path = "/hicache/storage-backend/clear"
         admin = client.options.admin_api_key
         headers = {"Authorization": f"Bearer {admin}"} if admin else None
@@ -85,3 +94,23 @@ def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> dic
         body["return_flat_raw_output_top_logprobs"] = True
         body["return_flat_raw_top_logprobs_b64"] = True
     return body
+
+
+ROUTER_KEY = "router"  # in server_info behind SGLang's router: {"workers": [url, ...], ...}
+
+
+async def router_facts(client: "ServerClient") -> dict[str, Any]:
+    """Behind SGLang's router (its /get_server_info says `router_manager`), what the workers say:
+    worker 0's /server_info (page size, radix cache, numerics: what the replay checks), with the
+    router's worker list and every worker's settings under `router`."""
+    listed = await client.get_json("/workers")
+    urls = [str(w["url"]) for w in listed.get("workers", []) if isinstance(w, dict) and "url" in w]
+    if not urls:
+        raise ServerError(f"{client.url} is SGLang's router, but its /workers lists no worker")
+    infos = []
+    for url in sorted(urls):
+        async with type(client)(url, client.options) as worker:
+            infos.append(await worker.get_json("/server_info", fallback="/get_server_info"))
+    facts = dict(infos[0])
+    facts[ROUTER_KEY] = {"workers": sorted(urls), "worker_server_info": infos}
+    return facts

@@ -14,7 +14,8 @@ classic logprobs shape, `usage.prompt_tokens_details.cached_tokens` with
   `VLLM_SERVER_DEV_MODE=1`), else the `vllm:cache_config_info` labels of `GET /metrics` (always
   there): block size, prefix caching on/off, KV cache dtype. Nothing known means nothing claimed.
 - **The flush** between repeats: `POST /reset_prefix_cache` (dev mode), with `reset_external=true`
-  when a KV connector is configured; `{"success": false}` (blocks still held) is retried.
+  when a KV connector is configured (that is how a connector tier is cleared, where the
+  connector implements it: no separate storage step); `{"success": false}` is retried.
 - **Per-source hit counts** for `--require-tier`: the counter
   `vllm:prompt_tokens_cached_by_source_total{source=...}` of `/metrics`, read before and after
   each repeat (`SupportsHitSources`).
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay.server.apis.base import Completion
-from replay.server.apis.llamacpp import first_model
 from replay.server.apis.openai import OpenAIApi
+from replay.server.apis.openai_style import first_model
 from replay.utils.errors import MalformedResponse, ServerError
 
 if TYPE_CHECKING:
@@ -60,9 +61,12 @@ class VllmApi:
 
     def __init__(self, *, reference: bool = False) -> None:
         self.reference = reference
+        # A reference salts every request, so its answers are cache-free whatever the server's
+        # settings (the recorder then gives no radix-cache warning).
+        self.bypasses_cache = reference
         self.openai = OpenAIApi()  # request shape and strict parser (no llama.cpp switch)
         # Decided by server_info (which runs first): from the server's settings, or "none" when
-        # the server says nothing about its cache.
+        # the server says nothing about its cache (no rule the tool could check).
         self.expect_cache_auto: str | None = None
         self.reset_external = False
         self.dev_mode = False
@@ -89,12 +93,13 @@ class VllmApi:
         version = await _version(client)
         if version:
             info["vllm_version"] = version
-        info["cache_salted_requests"] = self.reference
-        if self.reference:  # a fresh salt per request: no request can hit, whatever the flags
-            info["disable_radix_cache"] = True
         self.reset_external = bool(info.get("kv_connector"))
         self.expect_cache_auto = None if "disable_radix_cache" in info and "page_size" in info else "none"
         return info
+
+    async def prepare(self, client: "ServerClient") -> None:
+        """Learn the served model's id for the body's `model` (as the OpenAI adapter does)."""
+        await self.openai.prepare(client)
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
         info = await self.openai.model_info(client)
@@ -122,11 +127,6 @@ class VllmApi:
             await asyncio.sleep(FLUSH_WAIT)  # blocks still held by finishing requests
         raise ServerError(f"{client.url}{path} kept answering success=false "
                           f"({FLUSH_TRIES} tries): the prefix cache could not be reset")
-
-    async def clear_storage(self, client: "ServerClient", server_info: dict[str, Any]) -> bool:
-        """A connector tier is reset with the flush (`reset_external`), where the connector
-        implements it; there is no separate step."""
-        return False
 
     async def hit_sources(self, client: "ServerClient") -> dict[str, int]:
         """Cached prompt tokens so far, by tier (cumulative since the server started)."""

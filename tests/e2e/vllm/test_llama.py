@@ -66,7 +66,7 @@ def test_the_reference_records_repeatably_at_concurrency_16(llama_bf16):
     golden, output = llama_bf16
     info = read_golden(golden).meta["server_info"]
     assert read_golden(golden).meta["api"] == "vllm"  # detected, not fooled by /server_info
-    assert info["disable_radix_cache"] is True and info["cache_salted_requests"] is True
+    assert info["disable_radix_cache"] is True and info["enable_prefix_caching"] is False
     assert info["chunked_prefill_size"] == 16384 and info["page_size"] == 128
     assert "radix cache on" not in output
 

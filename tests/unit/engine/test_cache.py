@@ -173,3 +173,27 @@ def test_layouts_store_pages_differently_but_read_the_same_bytes():
         pool.save([4, 0, 2], pages)
         assert np.array_equal(pool.load([4, 0, 2]), pages.numpy())
     assert pools["layer_first"].buffer.shape != pools["page_first"].buffer.shape
+
+
+def test_an_engine_finds_the_pages_another_engine_wrote_to_a_shared_storage_directory(tmp_path):
+    writer = make_cache(pages=8, host_pages=8, storage=FileStorage(str(tmp_path), shared=True))
+    pages = put(writer, seq(0, 16))
+    original = writer.pool.read_pages(pages).clone()
+    reader = make_cache(pages=8, host_pages=8, storage=FileStorage(str(tmp_path), shared=True))
+    match = reader.match(seq(0, 16) + [1])
+    cached, _ = reader.load(match)
+    assert (cached.device, cached.host, cached.storage) == (0, 0, 16)
+    assert torch.equal(reader.pool.read_pages([n.page for n in match.nodes]), original)
+
+
+def test_a_private_storage_tier_is_written_only_when_the_host_evicts(tmp_path):
+    cache = make_cache(pages=8, host_pages=8, storage=FileStorage(str(tmp_path)))
+    put(cache, seq(0, 16))
+    assert cache.stats.storage_writes == 0 and not any(tmp_path.iterdir())
+
+
+def test_a_shared_storage_tier_never_deletes_what_another_engine_may_read(tmp_path):
+    storage = FileStorage(str(tmp_path), shared=True)
+    storage.save("k", np.zeros((2, 2), np.float32), None)
+    storage.delete("k")
+    assert storage.has("k")

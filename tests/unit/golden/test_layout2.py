@@ -15,7 +15,8 @@ from replay.golden.model import Golden, RecordedRequest
 from replay.golden.store import read_golden, verify_golden, write_golden
 from tests.support import paths
 
-COMMITTED = paths.REPO / "goldens"
+# Layout-1 goldens as first committed (goldens/ now holds re-recorded layout-2 ones).
+COMMITTED = paths.DATA / "layout1"
 
 
 @pytest.fixture(autouse=True)

@@ -102,3 +102,27 @@ def test_the_original_golden_is_not_modified():
     parents = [r.parent for r in golden.requests]
     shard_golden(golden, "2/3")
     assert [r.parent for r in golden.requests] == parents and "shard" not in golden.meta
+
+
+def forked_golden() -> Golden:
+    """One group whose branch b1 forks from b0's first turn (its t1's parent is g0/b0/t0), so a
+    conversation tree is not a branch: the unit must follow `parent`, not the branch number."""
+    golden = fake_golden(groups=1, branches=3, turns=1)
+    ids = [r.id for r in golden.requests]
+    fork = ids.index("g0/b1/t1")
+    golden.requests[fork].parent = ids.index("g0/b0/t0")
+    return golden
+
+
+def test_a_conversation_tree_is_followed_through_parent_not_branch_numbers():
+    golden = forked_golden()
+    shards = all_shards(golden, 2)
+    ids = [r.id for s in shards for r in s.requests]
+    assert sorted(ids) == sorted(r.id for r in golden.requests)  # no request in two shards
+    first = {r.id for r in shards[0].requests}
+    assert {"g0/b0/t0", "g0/b0/t1", "g0/b1/t1"} <= first  # the fork stays with its tree
+
+
+def test_shard_meta_counts_the_requests_the_shard_replays():
+    for shard in all_shards(forked_golden(), 2):
+        assert shard.meta["shard"]["requests"] == len(shard.requests)

@@ -13,7 +13,8 @@ from golden_cli.main import exits_cleanly
 from golden_cli.matrix_cmd import cell, matrix, matrix_table, verdict_lines
 from replay.server.transport import ClientOptions
 from replay.utils.errors import UsageError
-from replay.jobs.matrix import LaunchSettings, matrix_junit, run_matrix, worst_verdict
+from replay.jobs.matrix import matrix_junit, run_matrix, worst_verdict
+from replay.server.target import ServerTarget
 from replay.run.replayer import ReplayOptions
 from tests.data.fake_servers.helpers import fake_profile, record_golden
 
@@ -121,8 +122,8 @@ def test_large_tables_show_only_requests_not_passing_everywhere(cli_run):
 
 def test_shard_replays_only_its_groups(setup, tmp_path):
     _, golden, profiles = setup
-    doc = run_matrix(golden, [profiles["good"]], ReplayOptions(), ClientOptions(),
-                     LaunchSettings(log_dir=tmp_path), shard="2/2")
+    doc = run_matrix(golden, [ServerTarget(profile=profiles["good"], log_dir=tmp_path)],
+                     ReplayOptions(), ClientOptions(), shard="2/2")
     report = doc["matrix"]["reports"]["good"]
     assert doc["verdict"] == "pass" and doc["shard"] == "2/2"
     assert {r["id"][:2] for r in report["requests"]} == {"g1"}
@@ -131,8 +132,9 @@ def test_shard_replays_only_its_groups(setup, tmp_path):
 
 def test_unreadable_golden_is_an_error_for_every_profile_without_launching(setup, tmp_path):
     _, _, profiles = setup
-    doc = run_matrix(tmp_path / "missing.zarr", [profiles["good"], profiles["drift"]],
-                     ReplayOptions(), ClientOptions(), LaunchSettings(log_dir=tmp_path / "logs"))
+    targets = [ServerTarget(profile=profiles[n], log_dir=tmp_path / "logs")
+               for n in ("good", "drift")]
+    doc = run_matrix(tmp_path / "missing.zarr", targets, ReplayOptions(), ClientOptions())
     assert doc["verdict"] == "error"
     assert all(r["verdict"] == "error" for r in doc["matrix"]["reports"].values())
     assert not (tmp_path / "logs").exists()
@@ -189,4 +191,4 @@ def test_verdict_lines_end_with_the_matrix_line():
 def test_resolve_profiles_needs_at_least_one(setup):
     _, golden, _ = setup
     with pytest.raises(UsageError, match="at least one"):
-        run_matrix(golden, [], ReplayOptions(), ClientOptions(), LaunchSettings())
+        run_matrix(golden, [], ReplayOptions(), ClientOptions())

@@ -96,22 +96,6 @@ def test_progress_is_reported_through_the_callback(golden):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({}, "exactly one of --server URL or --launch PROFILE"),
-    ({"url": "http://x", "profile": "p"}, "exactly one"),
-    ({"url": "http://x", "fault": "f"}, "only with --launch"),
-])
-def test_a_server_target_checks_itself(kwargs, message):
-    with pytest.raises(UsageError, match=message):
-        session.ServerTarget(**kwargs)
-
-
-def test_a_target_names_its_server_without_credentials():
-    label = session.ServerTarget(url="http://u:secret@host:1").label
-    assert "secret" not in label and label.endswith("host:1")
-    assert session.ServerTarget(profile="/some/dir/mine.toml").label == "launch:mine"
-
-
-@pytest.mark.parametrize("kwargs, message", [
     ({"repeat": 0}, "--repeat"),
     ({"schedule": "random"}, "unknown schedule"),
     ({"require_tier": "disk"}, "--require-tier"),
@@ -133,15 +117,25 @@ def test_client_options_validate_themselves(kwargs, message):
         ClientOptions(**kwargs)
 
 
-def test_no_radix_cache_warning_from_a_server_that_does_not_say():
-    """An OpenAI-compatible server reports nothing about its cache: the tool cannot know."""
-    from replay.jobs.session import reference_warnings
+def test_a_reference_through_an_adapter_that_bypasses_the_cache_gets_no_radix_warning():
+    from replay.server.apis import get_api
 
-    assert reference_warnings({"served_models": ["m"]}) == []
+    assert session.reference_warnings({}, get_api("llamacpp", reference=True)) == []
+    assert session.reference_warnings({"disable_radix_cache": False},
+                                      get_api("vllm", reference=True)) == []  # salted requests
+    assert session.reference_warnings({"disable_radix_cache": True}, get_api("sglang")) == []
 
 
 def test_the_radix_cache_warning_comes_from_a_server_reporting_its_cache_on():
-    from replay.jobs.session import reference_warnings
+    from replay.server.apis import get_api
 
-    assert "radix cache on" in reference_warnings({"disable_radix_cache": False})[0]
-    assert reference_warnings({"disable_radix_cache": True}) == []
+    assert "radix cache on" in session.reference_warnings({"disable_radix_cache": False},
+                                                          get_api("sglang"))[0]
+
+
+def test_no_radix_cache_warning_from_a_server_that_does_not_say():
+    """An OpenAI-compatible server reports nothing about its cache: the tool cannot know."""
+    from replay.server.apis import get_api
+
+    assert session.reference_warnings({"served_models": ["m"]}, get_api("openai", reference=True)) == []
+    assert session.reference_warnings({}, get_api("sglang")) == []

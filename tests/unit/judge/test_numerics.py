@@ -54,12 +54,28 @@ def test_a_field_absent_on_either_side_is_not_a_mismatch(golden_info, replay_inf
     assert "attention_backend" in result.fields
 
 
-def test_fields_the_replay_server_declares_independent_are_shown_not_enforced():
+def test_a_layout_field_both_servers_declare_independent_is_shown_not_enforced():
+    reference = dict(REFERENCE, numerics_independent_of=["page_size"])
     replay = dict(REFERENCE, page_size=64, numerics_independent_of=["page_size"])
-    result = compare_numerics(REFERENCE, replay)
+    result = compare_numerics(reference, replay)
     assert result.differing == ()
     assert result.fields["page_size"] == {"golden": 16, "replay": 64}
     assert result.independent == ("page_size",)
+
+
+def test_the_replay_server_alone_cannot_declare_a_field_independent():
+    replay = dict(REFERENCE, page_size=64, numerics_independent_of=["page_size"])
+    assert compare_numerics(REFERENCE, replay).differing == ("page_size",)
+
+
+def test_no_server_can_declare_itself_independent_of_deterministic_inference():
+    declared = {"numerics_independent_of": ["enable_deterministic_inference", "attention_backend"]}
+    reference = dict(REFERENCE, enable_deterministic_inference=True, **declared)
+    replay = dict(REFERENCE, enable_deterministic_inference=False, attention_backend="triton",
+                  **declared)
+    result = compare_numerics(reference, replay)
+    assert result.differing == ("attention_backend", "enable_deterministic_inference")
+    assert result.independent == ()
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +104,15 @@ def test_a_replay_server_with_other_numerics_is_refused_naming_the_fields(golden
     assert res.exit_code == 2 and doc["verdict"] == "error"
     assert "attention_backend flashinfer (golden: fa4)" in doc["error"]
     assert "--allow-numerics-mismatch" in doc["error"]
+
+
+def test_a_numerics_mismatch_error_report_carries_the_numerics_object(golden, tmp_path):
+    res, doc = replay(golden, tmp_path, dict(REFERENCE, attention_backend="flashinfer"))
+    assert res.exit_code == 2
+    assert doc["numerics"]["differing"] == ["attention_backend"]
+    assert doc["numerics"]["fields"]["attention_backend"] == {"golden": "fa4",
+                                                              "replay": "flashinfer"}
+    assert doc["numerics"]["mismatch_allowed"] is False
 
 
 def test_allowing_the_mismatch_replays_and_the_report_shows_it(golden, tmp_path):

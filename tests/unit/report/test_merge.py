@@ -1,7 +1,8 @@
-"""`golden report --merge`: the reports of `--shard i/n` runs become one report."""
+"""`golden report --merge`: the reports of `--shard i/n` runs become one report, or a refusal."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from golden_cli.main import app
 from replay.jobs import session
+from replay.run.replayer import ReplayOptions
 from replay.utils.errors import UsageError
 from replay.report.merge import merge_reports
 from replay.golden.scenario import ScenarioSpec, build_plan
@@ -33,61 +35,198 @@ def shards(tmp_path_factory) -> tuple[Path, list[dict], dict]:
     return golden, parts, whole
 
 
+def edited(doc: dict, **changes) -> dict:
+    out = copy.deepcopy(doc)
+    out.update(changes)
+    return out
+
+
 def test_merged_shards_hold_every_request_once(shards):
     _, parts, whole = shards
     merged = merge_reports(parts)
     assert sorted(r["id"] for r in merged["requests"]) == sorted(r["id"] for r in whole["requests"])
 
 
-def test_merged_summary_adds_up_the_shards(shards):
+def test_merged_summary_is_the_unsharded_summary(shards):
     _, parts, whole = shards
-    s = merge_reports(parts)["summary"]
-    assert s["requests"] == whole["summary"]["requests"]
-    assert s["tokens_compared"] == whole["summary"]["tokens_compared"]
-    assert s["cache_hit_lengths"] == whole["summary"]["cache_hit_lengths"]
+    assert merge_reports(parts)["summary"] == whole["summary"]
 
 
-def test_the_worst_shard_verdict_wins(shards):
+def test_a_merged_report_has_every_field_of_a_single_report(shards):
+    _, parts, whole = shards
+    merged = merge_reports(parts)
+    assert set(whole) - set(merged) == set()
+    assert merged["numerics"] == whole["numerics"] and merged["warnings"] == whole["warnings"]
+
+
+def test_the_verdict_is_recomputed_from_the_requests_not_taken_from_a_shard(shards):
     _, parts, _ = shards
-    failing = json.loads(json.dumps(parts[1]))
-    failing["verdict"] = "fail"
-    assert merge_reports([parts[0], failing, parts[2]])["verdict"] == "fail"
-    broken = {**parts[2], "verdict": "error", "error": "server gone", "summary": None, "requests": []}
-    merged = merge_reports([parts[0], failing, broken])
+    lying = copy.deepcopy(parts[1])
+    lying["requests"][0]["passed"] = False  # a failing request inside a shard that says pass
+    assert lying["verdict"] == "pass"
+    merged = merge_reports([parts[0], lying, parts[2]])
+    assert merged["verdict"] == "fail"
+    assert merged["summary"]["requests_failed"] == 1
+
+
+def test_a_shard_that_errored_makes_the_merge_an_error(shards):
+    _, parts, _ = shards
+    broken = edited(parts[2], verdict="error", error="server gone", summary=None, requests=[])
+    merged = merge_reports([parts[0], parts[1], broken])
     assert merged["verdict"] == "error" and "server gone" in merged["error"]
+
+
+def test_a_missing_shard_is_refused(shards):
+    _, parts, _ = shards
+    with pytest.raises(UsageError, match="3/3 missing"):
+        merge_reports(parts[:2])
 
 
 def test_the_same_shard_twice_is_refused(shards):
     _, parts, _ = shards
-    with pytest.raises(UsageError, match="more than one report"):
-        merge_reports([parts[0], parts[0]])
+    with pytest.raises(UsageError, match="1/3 is given more than once"):
+        merge_reports([parts[0], parts[0], parts[1], parts[2]])
 
 
-def test_reports_of_different_goldens_are_refused(shards):
+def test_overlapping_shards_are_refused(shards):
     _, parts, _ = shards
-    with pytest.raises(UsageError, match="different golden"):
-        merge_reports([parts[0], {**parts[1], "golden": "other.zarr"}])
+    overlap = copy.deepcopy(parts[1])
+    overlap["requests"].append(copy.deepcopy(parts[0]["requests"][0]))
+    with pytest.raises(UsageError, match="more than one shard"):
+        merge_reports([parts[0], overlap, parts[2]])
+
+
+def test_a_shard_with_requests_removed_is_refused(shards):
+    _, parts, _ = shards
+    cut = copy.deepcopy(parts[1])
+    del cut["requests"][0]
+    with pytest.raises(UsageError, match="truncated"):
+        merge_reports([parts[0], cut, parts[2]])
+
+
+def test_shards_of_different_splits_are_refused(shards):
+    _, parts, _ = shards
+    with pytest.raises(UsageError, match="different splits"):
+        merge_reports([parts[0], parts[1], edited(parts[2], shard="3/4")])
+
+
+def test_an_unsharded_report_is_refused(shards):
+    _, _, whole = shards
+    with pytest.raises(UsageError, match="not a shard report"):
+        merge_reports([whole])
+
+
+def test_shards_of_another_golden_with_the_same_file_name_are_refused(shards):
+    _, parts, _ = shards
+    other = edited(parts[1], golden_sha256="0" * 64)
+    with pytest.raises(UsageError, match="different goldens"):
+        merge_reports([parts[0], other, parts[2]])
+
+
+def test_the_same_golden_under_another_file_name_merges(shards):
+    _, parts, _ = shards
+    moved = edited(parts[1], golden="elsewhere/m.zarr")
+    assert merge_reports([parts[0], moved, parts[2]])["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("key, value, what", [
+    ("repeat", 2, "repeat counts"), ("policy", "ulp:4", "policies"),
+    ("require_tier", "host", "tier expectations"), ("expect_cache_asked", "none", "cache"),
+    ("server_target", "launch:embedded-radix", "servers"),
+])
+def test_shards_replayed_differently_are_refused(shards, key, value, what):
+    _, parts, _ = shards
+    with pytest.raises(UsageError, match=f"different {what}"):
+        merge_reports([parts[0], edited(parts[1], **{key: value}), parts[2]])
+
+
+def test_shards_against_servers_of_other_numerics_are_refused(shards):
+    _, parts, _ = shards
+    other = copy.deepcopy(parts[1])
+    other["numerics"]["fields"]["page_size"] = {"golden": 16, "replay": 64}
+    with pytest.raises(UsageError, match="numerics"):
+        merge_reports([parts[0], other, parts[2]])
+
+
+@pytest.mark.parametrize("doc, what", [
+    ({"schema": "golden-replay/report/1", "verdict": "pass"}, "no requests list"),
+    ({"schema": "golden-replay/report/1", "verdict": "maybe", "requests": []}, "verdict"),
+    ({"schema": "golden-replay/report/1", "verdict": ["pass"], "requests": []}, "verdict"),
+    ({"schema": "golden-replay/report/1", "verdict": "pass", "requests": [{"id": "g0/b0/t0"}]},
+     "passed judgement"),
+])
+def test_a_document_that_is_not_a_report_is_refused(shards, doc, what):
+    _, parts, _ = shards
+    with pytest.raises(UsageError, match=what):
+        merge_reports([parts[0], doc, parts[2]])
+
+
+def test_require_tier_on_a_shard_is_judged_by_the_merge(shards):
+    golden, _, _ = shards
+    options = ReplayOptions(require_tier="host")
+    with StubServer(StubConfig()) as stub:  # the stub has no host tier
+        target = session.ServerTarget(url=stub.url)
+        parts = [session.replay_golden(golden, target, options, shard=f"{i}/3") for i in (1, 2, 3)]
+    assert [p["verdict"] for p in parts] == ["pass"] * 3
+    assert all("judged over the whole golden" in p["warnings"][-1] for p in parts)
+    merged = merge_reports(parts)
+    assert merged["verdict"] == "fail" and "host tier" in merged["tier_problem"]
+
+
+def test_matrix_reports_merge_profile_by_profile(shards):
+    _, parts, _ = shards
+
+    def matrix(doc: dict) -> dict:
+        return {"schema": doc["schema"], "verdict": doc["verdict"], "error": None,
+                "golden": doc["golden"], "policy": doc["policy"], "shard": doc["shard"],
+                "matrix": {"profiles": ["a"], "verdicts": {"a": doc["verdict"]},
+                           "reports": {"a": {**doc, "profile": "a"}}}}
+
+    lying = copy.deepcopy(parts[2])
+    lying["requests"][0]["passed"] = False
+    merged = merge_reports([matrix(parts[0]), matrix(parts[1]), matrix(lying)])
+    assert merged["verdict"] == "fail" and merged["matrix"]["verdicts"] == {"a": "fail"}
+    assert len(merged["matrix"]["reports"]["a"]["requests"]) == SPEC.requests
+    with pytest.raises(UsageError, match="missing"):
+        merge_reports([matrix(parts[0]), matrix(parts[1])])
+
+
+def write(tmp_path: Path, docs: list[dict]) -> list[str]:
+    paths = []
+    for i, doc in enumerate(docs):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        Path(paths[-1]).write_text(json.dumps(doc))
+    return paths
 
 
 def test_cli_writes_one_report_junit_and_page_and_exits_with_the_verdict(shards, tmp_path):
     _, parts, _ = shards
-    paths = []
-    for i, doc in enumerate(parts):
-        paths.append(tmp_path / f"r{i}.json")
-        paths[-1].write_text(json.dumps(doc))
     out = tmp_path / "merged"
-    res = runner.invoke(app, ["report", "--merge", *map(str, paths), "--json", f"{out}.json",
-                              "--junit", f"{out}.xml", "-o", f"{out}.html"])
+    res = runner.invoke(app, ["report", "--merge", *write(tmp_path, parts), "--json",
+                              f"{out}.json", "--junit", f"{out}.xml", "-o", f"{out}.html"])
     assert res.exit_code == 0, res.output
     assert json.loads(Path(f"{out}.json").read_text())["verdict"] == "pass"
     assert Path(f"{out}.xml").read_text().count("<testcase") == SPEC.requests
     assert Path(f"{out}.html").read_text().startswith("<!DOCTYPE html>")
 
 
+def test_cli_refuses_a_missing_shard_with_exit_2_and_one_line(shards, tmp_path):
+    _, parts, _ = shards
+    res = runner.invoke(app, ["report", "--merge", *write(tmp_path, parts[:2])])
+    assert res.exit_code == 2
+    assert "3/3 missing" in res.output and "Traceback" not in res.output
+
+
 def test_cli_refuses_several_reports_without_merge(shards, tmp_path):
     _, parts, _ = shards
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
-    a.write_text(json.dumps(parts[0]))
-    b.write_text(json.dumps(parts[1]))
-    res = runner.invoke(app, ["report", str(a), str(b), "-o", str(tmp_path / "x.html")])
+    res = runner.invoke(app, ["report", *write(tmp_path, parts[:2]), "-o", str(tmp_path / "x.html")])
     assert res.exit_code == 2 and "--merge" in res.output
+
+
+@pytest.mark.parametrize("matrix", [[], {"profiles": [], "reports": {}},
+                                    {"profiles": [["a"]], "reports": {}},
+                                    {"profiles": ["a"], "reports": {"a": "x"}}])
+def test_a_malformed_matrix_document_is_refused_in_one_line(matrix):
+    doc = {"schema": "golden-replay/report/1", "verdict": "pass", "matrix": matrix}
+    with pytest.raises(UsageError, match="not a matrix report"):
+        merge_reports([doc])

@@ -16,14 +16,15 @@ import pytest
 from replay.server.transport import ServerClient
 from replay.utils.errors import ServerError, UsageError
 from replay.server.launch import (
-    attention_choice, log_tail, builtin_profile_names, http_status, launched, load_profile, parse_profile,
-    render, server_for,
+    attention_choice, builtin_profile_names, http_status, launched, load_profile, log_tail,
+    parse_profile, render,
 )
 from replay.server.process_group import group_members
 from tests.data.fake_servers.helpers import fake_profile
 from tests.support import paths
 
 PY = sys.executable
+FAKE_STUB = paths.DATA / "fake_servers" / "healthy_stub.py"
 SG = [PY, "-m", "sglang.launch_server", "--model-path", "/models/M", "--host", "127.0.0.1",
       "--port", "30000"]
 PINNED = ["--attention-backend", "fa4", "--page-size", "128", "--chunked-prefill-size", "2048"]
@@ -203,21 +204,6 @@ def test_bad_profiles_are_usage_errors(text, message):
 def test_unknown_profile_name_lists_the_builtins():
     with pytest.raises(UsageError, match="sglang-hicache-seed"):
         load_profile("no-such-profile")
-
-
-def test_server_for_wants_exactly_one_of_server_and_launch(tmp_path):
-    with pytest.raises(UsageError, match="exactly one"):
-        server_for(None, None, None, tmp_path)
-    with pytest.raises(UsageError, match="exactly one"):
-        server_for("http://x", "embedded-reference", None, tmp_path)
-    with server_for("http://127.0.0.1:1", None, None, tmp_path) as url:
-        assert url == "http://127.0.0.1:1"
-
-
-def test_server_for_checks_the_model_before_starting_anything(tmp_path):
-    with pytest.raises(UsageError, match="needs a model"):
-        server_for(None, "sglang-reference", None, tmp_path)
-    assert not list(tmp_path.iterdir())
 
 
 # --- process life cycle -------------------------------------------------------------------------
@@ -410,6 +396,48 @@ def test_the_warm_up_carries_the_api_key_for_a_server_started_with_one():
     finally:
         httpd.shutdown()
     assert seen == [None, "Bearer k3y"]
+
+
+def test_a_stranger_holding_the_launch_port_is_refused_not_replayed_against(tmp_path,
+                                                                            monkeypatch):
+    """The port race: another server takes the chosen port before the launched one binds it
+    (here the launched one never binds); the stranger answers health and warm-up, and must not
+    be taken for the launched server."""
+    import subprocess
+
+    from replay.server import launch
+
+    port = launch.free_port()
+    stranger = subprocess.Popen([PY, str(FAKE_STUB), "--host", "127.0.0.1", "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while http_status("GET", f"http://127.0.0.1:{port}/health", timeout=1.0) != 200:
+            assert time.monotonic() < deadline and stranger.poll() is None
+            time.sleep(0.1)
+        profile_path = tmp_path / "sleeper.toml"
+        profile_path.write_text(f'command = ["{PY}", "-c", "import time; time.sleep(60)"]\n'
+                                "startup_timeout = 20\nstop_timeout = 5\n")
+        monkeypatch.setattr(launch, "free_port", lambda host=launch.LOOPBACK: port)
+        with pytest.raises(ServerError, match="did not launch"):
+            with launched(load_profile(str(profile_path)), model=None,
+                          log_path=tmp_path / "sleeper.log"):
+                pytest.fail("yielded the stranger's URL")
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_launched_server_listening_through_a_child_process_is_confirmed(tmp_path):
+    """The listener may be a descendant of the launched process (sh -c, SGLang's workers)."""
+    script = FAKE_STUB
+    profile_path = tmp_path / "wrapped.toml"
+    profile_path.write_text(
+        f'command = ["sh", "-c", "{PY} {script} --host {{host}} --port {{port}}; exit 0"]\n'
+        "startup_timeout = 20\nstop_timeout = 5\n")
+    with launched(load_profile(str(profile_path)), model=None,
+                  log_path=tmp_path / "wrapped.log") as url:
+        assert http_status("GET", url + "/health", timeout=5.0) == 200
 
 
 def test_a_line_the_server_repeats_is_shown_once_with_its_count(tmp_path):

@@ -25,6 +25,7 @@ from replay.server.connection import Connection
 from replay.utils.errors import MalformedResponse
 from tests.support.stub_server import StubServer
 from tests.support import paths
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 DATA = paths.DATA / "apis"
 INDEX = json.loads((DATA / "INDEX.json").read_text())
@@ -68,6 +69,11 @@ def test_top_k_zero_still_asks_for_the_chosen_tokens_logprob():
 def test_role_chooses_cache_prompt():
     assert get_api("llamacpp", reference=True).request(np.array([1]), 1, 1)[1]["cache_prompt"] is False
     assert get_api("llamacpp").request(np.array([1]), 1, 1)[1]["cache_prompt"] is True
+
+
+def test_a_reference_adapter_says_it_bypasses_the_cache():
+    assert get_api("llamacpp", reference=True).bypasses_cache is True
+    assert get_api("llamacpp").bypasses_cache is False
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -272,7 +278,8 @@ def test_server_and_model_info_from_recorded_answers(model):
     name, info, model_info = run_against(RecordedLlama(model), _infos)
     assert name == "llamacpp"  # /server_info is 404, /props answers
     assert info["total_slots"] == 2 and info["n_ctx"] == 4096
-    assert info["cache_prompt"] is True and info["disable_radix_cache"] is False
+    assert info["cache_prompt"] is True
+    assert "disable_radix_cache" not in info  # the adapter's choice is a trait, not a setting
     assert info["slot_actions"] is True and "erase" in LlamaCppApi.flush_note
     assert LlamaCppApi.expect_cache_auto == "none" and "expect_cache_auto" not in info
     assert model_info["model_path"] == f"{model}-f32.gguf"
@@ -304,3 +311,22 @@ def test_detect_api_on_the_sglang_stub():
 
     with StubServer() as stub:
         assert asyncio.run(go(stub.url)) == "sglang"
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+def _llamacpp_captures(model: str) -> tuple[Capture, ...]:
+    served = tuple(f"{model}__{e}" for e in ("props", "v1_models", "server_info",
+                                             "slot_probe_enabled"))
+    return tuple(Capture(f"{model}__{a}", k, served) for a, k in (
+        ("completion_reference", 3), ("completion_cached_first", 3),
+        ("completion_cached_extend", 3), ("completion_top0", 0)))
+
+
+class TestLlamaCppConformance(AdapterConformance):
+    api_name = "llamacpp"
+    captures = _llamacpp_captures("tiny-llama-ascii") + _llamacpp_captures("tiny-jamba-ascii")
+    vocab_size = VOCAB
+
+    def sent(self, body: dict[str, Any]) -> tuple[np.ndarray, int, bool]:
+        return np.array(body["prompt"], np.int32), body["n_predict"], not body["cache_prompt"]

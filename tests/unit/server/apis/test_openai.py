@@ -20,10 +20,10 @@ from aiohttp import web
 from replay.server.apis import get_api
 from replay.server.apis.llamacpp import LlamaCppApi
 from replay.server.apis.openai import OpenAIApi
-from replay.server.transport import ServerClient
-from replay.server.connection import Connection
+from replay.server.connection import connect
 from replay.utils.errors import MalformedResponse
 from tests.support import paths
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 DATA = paths.DATA / "apis"
 INDEX = json.loads((DATA / "INDEX.json").read_text())
@@ -178,13 +178,11 @@ def test_classic_shape_malformed(tokens, values, tops, message):
 # ---------------------------------------------------------------- info and flush (recorded)
 
 async def _infos(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    api = OpenAIApi()
-    async with ServerClient(url) as client:
-        conn = Connection(client, api)
+    async with connect(url, api="openai") as conn:  # prepares the adapter (SupportsPrepare)
         info = await conn.server_info()
         model = await conn.model_info()
         await conn.flush_cache()
-        return info, model, api.request(np.array([1]), 1, 1)[1]
+        return info, model, conn.api.request(np.array([1]), 1, 1)[1]
 
 
 def test_info_from_recorded_v1_models():
@@ -210,4 +208,18 @@ def test_info_from_recorded_v1_models():
     assert "expect_cache_auto" not in info and OpenAIApi.flush_note.startswith("none")
     assert info["served_models"] == [json.loads(text)["data"][0]["id"]]
     assert model["model_path"] == "tiny-llama-ascii-f32.gguf" and model["vocab_size"] == VOCAB
-    assert body["model"] == json.loads(text)["data"][0]["id"]  # learned from /v1/models
+    assert body["model"] == json.loads(text)["data"][0]["id"]  # learned from /v1/models by connect
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+class TestOpenAIConformance(AdapterConformance):
+    """Against llama.cpp's /v1/completions (the server the captures came from)."""
+
+    api_name = "openai"
+    captures = tuple(Capture(f"{m}__v1_completions", 3, (f"{m}__v1_models",)) for m in MODELS)
+    vocab_size = VOCAB
+    learned_keys = frozenset({"model"})  # the served model's id, learned by `prepare`
+
+    def sent(self, body: dict[str, Any]) -> tuple[np.ndarray, int, bool]:
+        return np.array(body["prompt"], np.int32), body["max_tokens"], "cache_prompt" in body

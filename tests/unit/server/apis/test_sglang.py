@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from replay.utils.errors import MalformedResponse
 from replay.server.apis.sglang import generate_body, parse_completion, parse_text
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 
 def response(n=3, k=2):
@@ -223,3 +224,22 @@ def test_reading_the_text_typed_agrees_with_the_untyped_parser_on_any_corruption
                                             vocab_size=100))
     from_obj = _outcome(lambda: parse(json.loads(text)))
     assert from_text == from_obj
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+SGLANG_CAPTURED = "embedded-sglang-radix"  # SGLang 0.5.23's own front end over the embedded engine
+SGLANG_SERVED = tuple(f"{SGLANG_CAPTURED}__{e}" for e in ("server_info", "model_info"))
+
+
+class TestSGLangConformance(AdapterConformance):
+    """Answers captured by scripts/capture_sglang_answers.py."""
+
+    api_name = "sglang"
+    captures = tuple(Capture(f"{SGLANG_CAPTURED}__{a}", k, SGLANG_SERVED) for a, k in (
+        ("generate_first", 3), ("generate_cached_extend", 3), ("generate_top0", 0)))
+    vocab_size = None  # the server states none (no vocab_size in /model_info or /server_info)
+
+    def sent(self, body):
+        return (np.array(body["input_ids"], np.int32), body["sampling_params"]["max_new_tokens"],
+                False)

@@ -107,11 +107,9 @@ def test_a_replay_request_carries_no_salt_and_no_llamacpp_switch():
     assert body["return_tokens_as_token_ids"] is True and body["prompt"] == [5, 6]
 
 
-def test_the_openai_adapter_also_salts_its_reference_requests():
-    a = OpenAIApi(reference=True).request(np.array([1]), 1, 1)[1]
-    b = OpenAIApi(reference=True).request(np.array([1]), 1, 1)[1]
-    assert a["cache_salt"] != b["cache_salt"]
-    assert "cache_salt" not in OpenAIApi().request(np.array([1]), 1, 1)[1]
+def test_the_openai_adapter_sends_no_salt():
+    """Salting is vLLM's switch, so it is the vLLM adapter's: `--api openai` stays standard."""
+    assert "cache_salt" not in OpenAIApi(reference=True).request(np.array([1]), 1, 1)[1]
 
 
 def test_a_recorded_answer_parses_with_token_ids_and_cached_tokens():
@@ -146,14 +144,14 @@ def test_without_dev_mode_the_facts_come_from_metrics():
 def test_server_info_in_dev_mode_reads_the_config_and_the_version():
     info = run(RecordedVllm(), lambda conn: conn.server_info())
     assert info["page_size"] == 128 and info["vllm_version"] == "0.32.0"
-    assert info["cache_salted_requests"] is False
 
 
-def test_a_reference_is_reported_cache_free_because_of_its_salts():
+def test_a_reference_bypasses_the_cache_through_its_salts_and_reports_the_server_as_it_is():
     api = VllmApi(reference=True)
     info = run(RecordedVllm(server_info="server_info_prefix_cache.json"),
                lambda conn: conn.server_info(), api)
-    assert info["enable_prefix_caching"] is True and info["disable_radix_cache"] is True
+    assert api.bypasses_cache is True and VllmApi().bypasses_cache is False
+    assert info["enable_prefix_caching"] is True and info["disable_radix_cache"] is False
 
 
 def test_expect_cache_auto_is_decided_from_the_servers_settings():

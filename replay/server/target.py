@@ -1,0 +1,96 @@
+"""Where the server is: the one description of a server to talk to, a running one (`url`) or a
+launch profile to start and stop, with what the launch is given. Every job takes one
+(`replay_golden`, `record_golden`, minimize, update, detection, the pytest plugin) and a matrix
+takes one per profile; it checks itself on construction and its profile before anything starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ContextManager
+
+from replay.utils.errors import UsageError
+from replay.utils.redact import redact_text
+
+if TYPE_CHECKING:
+    from replay.server.launch import LaunchProfile
+
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """A running server (`url`) or a launch profile (`profile`), exactly one; the launch
+    fields apply to a profile only."""
+
+    url: str | None = None
+    profile: str | None = None  # a built-in profile name or a TOML file
+    model: str | None = None  # for profiles that need one
+    log_dir: Path = Path("golden-logs")
+    fault: str | None = None  # embedded-engine profiles only
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+    attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
+    notify: Notify | None = field(default=None, compare=False)  # hears the launcher's choices
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.profile is None):
+            raise UsageError("give exactly one of --server URL or --launch PROFILE")
+        if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
+            raise UsageError("--fault, --server-arg and --attention-backend apply only with "
+                             "--launch")
+
+    @property
+    def label(self) -> str:
+        """How reports name the server before it answers (credentials never shown)."""
+        if self.url:
+            return redact_text(self.url)
+        name = str(self.profile)
+        return f"launch:{Path(name).stem if name.endswith('.toml') else name}"
+
+    @property
+    def setup_label(self) -> str:
+        """The label plus what changes the launched server's behaviour (the fault, the pinned
+        attention backend), so shard reports of different servers never merge. Server args are
+        left out: they may hold secrets."""
+        extra = [f"fault={self.fault}"] if self.fault else []
+        extra += [f"attention_backend={self.attention_backend}"] if self.attention_backend else []
+        return " ".join([self.label, *extra])
+
+    def launch_profile(self) -> "LaunchProfile":
+        """The profile, loaded and checked against the launch fields (a missing --model, a
+        fault it cannot take): a UsageError before anything starts."""
+        from replay.server.launch import check_values, load_profile
+
+        if self.profile is None:
+            raise UsageError(f"{self.label} is a running server, not a launch profile")
+        profile = load_profile(self.profile)
+        check_values(profile, model=self.model, fault=self.fault,
+                     attention_backend=self.attention_backend)
+        return profile
+
+    def log_path(self, profile: "LaunchProfile") -> Path:
+        return Path(self.log_dir) / f"{profile.name}.log"
+
+    def serving(self, api_key: str | None = None) -> ContextManager[str]:
+        """A context yielding the URL: the given one, or a launched server's (always stopped;
+        `api_key` goes with its warm-up request, for a server started with one)."""
+        if self.url is not None:
+            return contextlib.nullcontext(self.url)
+        from replay.server import launch, topology  # subprocess machinery only when launching
+
+        assert self.profile is not None
+        if topology.is_topology(self.profile):  # workers behind SGLang's router
+            if self.attention_backend:
+                raise UsageError("--attention-backend does not apply to a topology")
+            return topology.launched_topology(
+                topology.load_topology(self.profile), model=self.model, log_dir=self.log_dir,
+                fault=self.fault, extra_args=self.extra_args, notify=self.notify,
+                api_key=api_key)
+        profile = self.launch_profile()
+        return launch.launched(profile, model=self.model, log_path=self.log_path(profile),
+                               fault=self.fault, extra_args=self.extra_args,
+                               attention_backend=self.attention_backend, notify=self.notify,
+                               api_key=api_key)

@@ -1,0 +1,297 @@
+"""A topology: N workers behind SGLang's router (the real `sglang-router` from PyPI), launched and
+stopped as one, and which worker served each request.
+
+When a deployment outgrows one server, a conversation's next turn is only a cache hit if the
+router sends it to the worker holding its prefix. A topology profile (TOML in
+`replay/server/topologies/`, fields in docs/topologies.md) names the worker profile, how many,
+the routing policy and, optionally, a storage directory all workers share. Every worker is a
+launch of its own (health, warm-up, watchdog, log) through `launch.launched`; the router is one
+more. `--fault F` goes to one worker only (`fault_worker`), so a faulty worker behind a healthy
+router can be caught and named.
+
+Attribution comes from the router: the transport sends each request's id as `X-Request-Id`, the
+router (started with `--log-level debug`) logs `request_id="..."` with the worker URL it sent it
+to, and `Topology.attribution()` reads that back, in order (the k-th time an id appears is its
+k-th repeat). Nothing here knows a request's meaning; replay/jobs/routing.py judges with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from replay.server.launch import (
+    LOOPBACK, LaunchProfile, Notify, free_port, http_status, launched, load_profile,
+)
+from replay.utils.errors import ServerError, UsageError
+
+ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"
+DEFAULT_ROUTER_VENV = Path.home() / ".cache" / "golden-replay" / "router-venv"
+POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+TOPOLOGY_KEYS = {"description", "workers", "worker_profile", "policy", "fault_worker",
+                 "shared_storage", "router_args", "startup_timeout"}
+INSTALL_HINT = "bash scripts/install_router.sh"
+
+
+@dataclass(frozen=True)
+class TopologyProfile:
+    name: str
+    description: str
+    workers: int
+    worker_profile: str
+    policy: str
+    fault_worker: int  # the worker `--fault` goes to (0-based)
+    shared_storage: bool = False  # one storage directory for every worker (`--storage-dir`)
+    router_args: tuple[str, ...] = ()
+    startup_timeout: float = 120.0  # seconds for the router to see every worker healthy
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= 16:
+            raise UsageError(f"topology {self.name!r}: workers must be 1..16")
+        if self.policy not in POLICIES:
+            raise UsageError(f"topology {self.name!r}: policy must be one of {', '.join(POLICIES)}")
+        if not 0 <= self.fault_worker < self.workers:
+            raise UsageError(f"topology {self.name!r}: fault_worker must be 0..{self.workers - 1}")
+
+
+@dataclass(frozen=True)
+class Worker:
+    index: int
+    url: str
+    fault: str | None
+
+    @property
+    def label(self) -> str:
+        return f"worker {self.index}"
+
+
+@dataclass
+class Topology:
+    """A running topology: the router's URL (what the client talks to) and its workers."""
+
+    profile: TopologyProfile
+    router_url: str
+    router_log: Path
+    workers: list[Worker] = field(default_factory=list)
+
+    def attribution(self) -> dict[str, list[int]]:
+        """request id -> the index of the worker the router sent it to, once per time it was
+        sent (repeats in order)."""
+        by_url = {w.url.rstrip("/"): w.index for w in self.workers}
+        return read_attribution(self.router_log, by_url)
+
+    def describe(self) -> dict[str, Any]:
+        return {"profile": self.profile.name, "policy": self.profile.policy,
+                "shared_storage": self.profile.shared_storage, "router": self.router_url,
+                "workers": [{"index": w.index, "url": w.url, "fault": w.fault}
+                            for w in self.workers]}
+
+
+class RoutedURL(str):
+    """The router's URL, carrying the running topology (what `ServerTarget.serving` yields for
+    a topology profile, so the session can ask who served what)."""
+
+    topology: Topology
+
+    def __new__(cls, topology: Topology) -> "RoutedURL":
+        url = super().__new__(cls, topology.router_url)
+        url.topology = topology
+        return url
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiles
+# ---------------------------------------------------------------------------------------------
+
+
+def builtin_topology_names() -> list[str]:
+    folder = resources.files("replay.server") / "topologies"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def is_topology(name_or_path: str) -> bool:
+    if name_or_path in builtin_topology_names():
+        return True
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.is_file():
+        try:
+            return "topology" in tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            return False
+    return False
+
+
+def load_topology(name_or_path: str) -> TopologyProfile:
+    if name_or_path in builtin_topology_names():
+        text = (resources.files("replay.server") / "topologies" / f"{name_or_path}.toml").read_text()
+        return parse_topology(text, name=name_or_path)
+    path = Path(name_or_path)
+    try:
+        return parse_topology(path.read_text(), name=path.stem)
+    except OSError as exc:
+        raise UsageError(f"topology {name_or_path}: {exc.strerror}") from None
+
+
+def parse_topology(text: str, *, name: str) -> TopologyProfile:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"topology {name!r}: not valid TOML ({exc})") from None
+    table = data.get("topology")
+    if not isinstance(table, dict):
+        raise UsageError(f"topology {name!r}: no [topology] table")
+    unknown = sorted(set(table) - TOPOLOGY_KEYS)
+    if unknown:
+        raise UsageError(f"topology {name!r}: unknown key(s) {', '.join(unknown)}")
+    try:
+        workers = int(table.get("workers", 2))
+        return TopologyProfile(
+            name=name, description=str(data.get("description", table.get("description", ""))),
+            workers=workers, worker_profile=str(table["worker_profile"]),
+            policy=str(table.get("policy", "cache_aware")),
+            fault_worker=int(table.get("fault_worker", workers - 1)),
+            shared_storage=bool(table.get("shared_storage", False)),
+            router_args=tuple(str(a) for a in table.get("router_args", ())),
+            startup_timeout=float(table.get("startup_timeout", 120.0)))
+    except KeyError as exc:
+        raise UsageError(f"topology {name!r}: missing key {exc.args[0]}") from None
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"topology {name!r}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch
+# ---------------------------------------------------------------------------------------------
+
+
+def router_python() -> str:
+    """The interpreter that has `sglang_router` (its own venv: scripts/install_router.sh)."""
+    given = os.environ.get(ROUTER_PYTHON_ENV)
+    python = Path(given) if given else DEFAULT_ROUTER_VENV / "bin" / "python"
+    if not python.is_file():
+        raise UsageError(f"SGLang's router is not installed ({python} is missing): run "
+                         f"{INSTALL_HINT}, or set {ROUTER_PYTHON_ENV}")
+    return str(python)
+
+
+def router_profile(topology: TopologyProfile, worker_urls: Sequence[str]) -> LaunchProfile:
+    command = (router_python(), "-m", "sglang_router.launch_router",
+               "--worker-urls", *worker_urls, "--policy", topology.policy,
+               "--host", "{host}", "--port", "{port}", "--log-level", "debug",
+               # its metrics listener, else on a fixed port that two routers cannot share
+               "--prometheus-host", LOOPBACK, "--prometheus-port", str(free_port()),
+               *topology.router_args)
+    return LaunchProfile(name=f"{topology.name}-router",
+                         description=f"sglang-router ({topology.policy})", command=command,
+                         startup_timeout=topology.startup_timeout, stop_timeout=10.0,
+                         warmup=False)
+
+
+@contextlib.contextmanager
+def launched_topology(topology: TopologyProfile, *, model: str | None, log_dir: Path,
+                      fault: str | None = None, extra_args: Sequence[str] = (),
+                      notify: Notify | None = None,
+                      api_key: str | None = None) -> Iterator[RoutedURL]:
+    """Start every worker, then the router over them; yield the router's URL once it sees every
+    worker healthy; always stop them all (router first)."""
+    worker_profile = load_profile(topology.worker_profile)
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        args = list(extra_args)
+        if topology.shared_storage:
+            shared = stack.enter_context(_shared_directory(log_dir, topology.name))
+            args += ["--storage-dir", str(shared)]
+        workers = []
+        for i in range(topology.workers):
+            worker_fault = fault if i == topology.fault_worker else None
+            url = stack.enter_context(launched(
+                worker_profile, model=model, log_path=log_dir / f"{topology.name}-worker{i}.log",
+                fault=worker_fault, extra_args=args, notify=notify, api_key=api_key))
+            workers.append(Worker(i, url, worker_fault))
+        router_log = log_dir / f"{topology.name}-router.log"
+        url = stack.enter_context(launched(router_profile(topology, [w.url for w in workers]),
+                                           model=None, log_path=router_log, notify=notify))
+        running = Topology(topology, url, router_log, workers)
+        wait_for_workers(running, api_key)
+        if notify:
+            notify(f"topology {topology.name}: sglang-router ({topology.policy}) at {url} over "
+                   + ", ".join(f"{w.label} {w.url}" + (f" (fault {w.fault})" if w.fault else "")
+                               for w in workers))
+        yield RoutedURL(running)
+
+
+@contextlib.contextmanager
+def _shared_directory(parent: Path, name: str) -> Iterator[Path]:
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-shared-storage-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_for_workers(topology: Topology, api_key: str | None = None) -> None:
+    """The router answers /health before it has registered its workers: wait until its /workers
+    lists every one as healthy."""
+    import urllib.request
+
+    deadline = time.monotonic() + topology.profile.startup_timeout
+    want = {w.url.rstrip("/") for w in topology.workers}
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        if http_status("GET", topology.router_url + "/health", timeout=5.0) == 200:
+            try:
+                request = urllib.request.Request(topology.router_url + "/workers")
+                if api_key:
+                    request.add_header("Authorization", f"Bearer {api_key}")
+                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+                with opener.open(request, timeout=5.0) as resp:
+                    listed = json.loads(resp.read()).get("workers", [])
+                seen = {str(w.get("url", "")).rstrip("/") for w in listed if w.get("is_healthy")}
+                if want <= seen:
+                    return
+            except (OSError, ValueError, AttributeError):
+                pass
+        time.sleep(0.25)
+    raise ServerError(f"topology {topology.profile.name!r}: the router saw {len(seen & want)} of "
+                      f"{len(want)} workers healthy within {topology.profile.startup_timeout:g} s "
+                      f"(router log: {topology.router_log})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribution
+# ---------------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SENT = re.compile(r'request_id="([^"]+)".*Sending request url=(\S+)')
+
+
+def read_attribution(router_log: Path, worker_index: dict[str, int]) -> dict[str, list[int]]:
+    """request id -> worker indexes, in the order the router sent them (its debug log)."""
+    sent: dict[str, list[int]] = {}
+    try:
+        text = router_log.read_text(errors="replace")
+    except OSError:
+        return sent
+    for line in text.splitlines():
+        match = _SENT.search(_ANSI.sub("", line))
+        if not match:
+            continue
+        url = match.group(2).rstrip("/")
+        for base, index in worker_index.items():
+            if url == base or url.startswith(base + "/"):
+                sent.setdefault(match.group(1), []).append(index)
+                break
+    return sent

@@ -1,0 +1,107 @@
+"""The CI recipe of docs/ci.md runs as written: its embedded shard jobs and their merge job,
+read from the documented YAML and run on the embedded engine, with the exit codes a CI sees."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import paths
+
+DOC = paths.REPO / "docs" / "ci.md"
+
+
+def workflow() -> dict:
+    [block] = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    return yaml.safe_load(block)
+
+
+def golden_steps(job: dict) -> list[str]:
+    """The job's `run:` steps that call golden (installing and checking out are CI's part)."""
+    return [s["run"].strip() for s in job["steps"] if "run" in s and s["run"].startswith("golden ")]
+
+
+def sh(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def shard_artifacts(tmp_path_factory) -> Path:
+    """Each documented shard job run in its own directory, its files kept as CI keeps its
+    artifact (one directory per job, named as the YAML names it)."""
+    jobs = workflow()["jobs"]
+    job = jobs["embedded"]
+    [command] = golden_steps(job)
+    root = tmp_path_factory.mktemp("ci")
+    for index, shard in enumerate(job["strategy"]["matrix"]["shard"]):
+        work = root / f"job-{index}"
+        work.mkdir()
+        (work / "goldens").symlink_to(paths.GOLDENS)
+        res = sh(command.replace("${{ matrix.shard }}", shard), work)
+        assert res.returncode == 0, res.stdout + res.stderr  # each shard job is green
+        artifact = root / "artifacts" / f"embedded-shard-{index}"
+        artifact.mkdir(parents=True)
+        for name in ("matrix.json", "junit.xml"):
+            shutil.copy(work / name, artifact / name)
+    return root / "artifacts"
+
+
+def merge_command() -> str:
+    job = workflow()["jobs"]["embedded-merge"]
+    assert job["needs"] == "embedded" and job["if"] == "always()"
+    [command] = golden_steps(job)
+    return command
+
+
+def test_the_documented_recipe_has_a_merge_job_after_every_shard_job():
+    jobs = workflow()["jobs"]
+    assert "golden report --merge" in merge_command()
+    assert jobs["sglang-merge"]["needs"] == "sglang"
+    assert [c for c in golden_steps(jobs["sglang-merge"]) if c.startswith("golden report --merge")]
+
+
+def test_sharded_jobs_with_require_tier_host_pass_and_merge_to_a_pass(shard_artifacts):
+    res = sh(merge_command(), shard_artifacts)
+    assert res.returncode == 0, res.stdout + res.stderr
+    merged = json.loads((shard_artifacts / "merged.json").read_text())
+    assert merged["verdict"] == "pass"
+    for report in merged["matrix"]["reports"].values():
+        assert report["summary"]["requests"] == 27  # the whole golden, every request once
+        assert report["summary"]["cached_tokens_by_tier"].get("host", 0) > 0
+        assert report["tier_problem"] is None
+    xml = (shard_artifacts / "merged.xml").read_text()
+    assert xml.count("<testcase") == 27 * len(merged["matrix"]["profiles"])
+    assert (shard_artifacts / "merged.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_merge_missing_a_shard_job_exits_2(shard_artifacts, tmp_path):
+    shutil.copytree(shard_artifacts / "embedded-shard-0", tmp_path / "embedded-shard-0")
+    res = sh(merge_command(), tmp_path)
+    assert res.returncode == 2
+    assert "2/2 missing" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_failing_request_in_a_shard_makes_the_merge_exit_1(shard_artifacts, tmp_path):
+    for artifact in shard_artifacts.glob("embedded-shard-*"):
+        shutil.copytree(artifact, tmp_path / artifact.name)
+    path = tmp_path / "embedded-shard-1" / "matrix.json"
+    doc = json.loads(path.read_text())
+    report = copy.deepcopy(doc["matrix"]["reports"]["embedded-hicache"])
+    report["requests"][0]["passed"] = False  # the shard still says pass
+    doc["matrix"]["reports"]["embedded-hicache"] = report
+    path.write_text(json.dumps(doc))
+    res = sh(merge_command(), tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert merged["matrix"]["verdicts"]["embedded-hicache"] == "fail"

@@ -1,0 +1,90 @@
+"""Judging a replay made through a router: a miss the routing caused is explained, not failed;
+a hit longer than allowed, or a miss a shared storage tier should have served, still fails; the
+failing worker is named."""
+
+from pathlib import Path
+
+import numpy as np
+
+from replay.golden.model import Golden
+from replay.jobs.routing import apply_routing
+from replay.judge.diff import RequestDiff
+from replay.report.results import ReplayResult, RequestOutcome
+from replay.server.topology import Topology, Worker, parse_topology
+
+
+class LoggedTopology(Topology):
+    """A topology whose router log is given as data (who served what)."""
+
+    def __init__(self, sent: dict[str, list[int]], shared_storage: bool = False) -> None:
+        profile = parse_topology("[topology]\nworker_profile = 'embedded-hicache'\n"
+                                 f"shared_storage = {str(shared_storage).lower()}\n", name="t")
+        super().__init__(profile, "http://router", Path("/nonexistent"),
+                         [Worker(0, "http://w0", None), Worker(1, "http://w1", "host-bf16")])
+        self.sent = sent
+
+    def attribution(self) -> dict[str, list[int]]:
+        return self.sent
+
+
+class Node:
+    def __init__(self, id: str, parent: int) -> None:
+        self.id, self.parent = id, parent
+
+
+def golden() -> Golden:
+    return Golden(scenario={}, prefixes=[np.zeros(4, np.int32)], sampling={},
+                  requests=[Node("g0/b0/t0", -1), Node("g0/b0/t1", 0)])
+
+
+IDENTICAL = RequestDiff(status="identical", compared=4, first=None, token_position=None,
+                        max_ulp=0, mean_kl=0.0, passed=True, abs_delta=np.zeros(0),
+                        ulp=np.zeros(0, np.int64))
+
+
+def outcome(id: str, cached: int, expected: int | None, problem: str | None) -> RequestOutcome:
+    diff = IDENTICAL
+    return RequestOutcome(id=id, repeat=0, diff=diff, cached_tokens=cached, cached_details={},
+                          expected_min_cached=expected, cache_problem=problem)
+
+
+def result(*outcomes: RequestOutcome) -> ReplayResult:
+    return ReplayResult(golden="g", server="s", policy="exact", repeats=1, expectation="attention",
+                        outcomes=list(outcomes))
+
+
+def test_a_shortfall_on_another_worker_than_its_parent_is_a_routing_miss_not_a_failure():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 0, 128, "cached 0 < 128"))
+    apply_routing(r, golden(), LoggedTopology({"g0/b0/t0": [0], "g0/b0/t1": [1]}))
+    child = r.outcomes[1]
+    assert child.passed and child.worker == 1 and "another worker" in child.routing_note
+    assert r.routing["routing_misses"] == 1 and r.routing["hit_rate"] == 0.0
+
+
+def test_a_shortfall_on_the_parents_own_worker_stays_a_failure():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 0, 128, "cached 0 < 128"))
+    apply_routing(r, golden(), LoggedTopology({"g0/b0/t0": [1], "g0/b0/t1": [1]}))
+    assert not r.outcomes[1].passed and r.outcomes[1].routing_note is None
+    assert r.routing["failing_workers"] == [1]
+
+
+def test_a_hit_longer_than_allowed_is_never_explained_by_routing():
+    r = result(outcome("g0/b0/t0", 0, None, None),
+               outcome("g0/b0/t1", 512, 128, "cached 512 > 200 possible"))
+    apply_routing(r, golden(), LoggedTopology({"g0/b0/t0": [0], "g0/b0/t1": [1]}))
+    assert not r.outcomes[1].passed
+
+
+def test_with_a_shared_storage_tier_a_routed_shortfall_stays_a_failure():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 0, 128, "cached 0 < 128"))
+    apply_routing(r, golden(), LoggedTopology({"g0/b0/t0": [0], "g0/b0/t1": [1]},
+                                              shared_storage=True))
+    assert not r.outcomes[1].passed
+
+
+def test_the_hit_rate_counts_expected_hits_met_per_worker():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 128, 128, None))
+    apply_routing(r, golden(), LoggedTopology({"g0/b0/t0": [0], "g0/b0/t1": [0]}))
+    assert r.routing["hit_rate"] == 1.0
+    assert [(w["index"], w["requests"], w["hits_met"]) for w in r.routing["per_worker"]] == \
+        [(0, 2, 1), (1, 0, 0)]

@@ -1,0 +1,53 @@
+"""`ServerTarget`: the one description of a server (a URL or a launch profile), checked once."""
+
+from __future__ import annotations
+
+import pytest
+
+from replay.server.target import ServerTarget
+from replay.utils.errors import UsageError
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "exactly one of --server URL or --launch PROFILE"),
+    ({"url": "http://x", "profile": "p"}, "exactly one"),
+    ({"url": "http://x", "fault": "f"}, "only with --launch"),
+    ({"url": "http://x", "extra_args": ("--x",)}, "only with --launch"),
+    ({"url": "http://x", "attention_backend": "triton"}, "only with --launch"),
+])
+def test_a_server_target_checks_itself(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        ServerTarget(**kwargs)
+
+
+def test_a_target_names_its_server_without_credentials():
+    label = ServerTarget(url="http://u:secret@host:1").label
+    assert "secret" not in label and label.endswith("host:1")
+    assert ServerTarget(profile="/some/dir/mine.toml").label == "launch:mine"
+
+
+def test_a_running_server_is_served_as_given(tmp_path):
+    with ServerTarget(url="http://127.0.0.1:1", log_dir=tmp_path).serving() as url:
+        assert url == "http://127.0.0.1:1"
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_launch_checks_the_model_before_starting_anything(tmp_path):
+    with pytest.raises(UsageError, match="needs a model"):
+        ServerTarget(profile="sglang-reference", log_dir=tmp_path).serving()
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_launch_refuses_a_fault_its_profile_cannot_take(tmp_path):
+    with pytest.raises(UsageError, match="takes no fault"):
+        ServerTarget(profile="sglang-reference", model="m", fault="drift").launch_profile()
+
+
+def test_a_launch_logs_beside_its_profile_name(tmp_path):
+    target = ServerTarget(profile="embedded-reference", log_dir=tmp_path)
+    assert target.log_path(target.launch_profile()) == tmp_path / "embedded-reference.log"
+
+
+def test_a_running_server_has_no_profile_to_check():
+    with pytest.raises(UsageError, match="not a launch profile"):
+        ServerTarget(url="http://127.0.0.1:1").launch_profile()
