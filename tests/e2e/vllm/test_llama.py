@@ -93,7 +93,7 @@ def test_a_reference_on_a_caching_server_is_cache_free_through_its_salts(bf16_on
 
 def test_f32_replay_fails_with_logprob_drift_where_a_hit_shortened_the_prefill(f32_replays):
     """Found: the requests that drift are some of those with a hit (the last turn's, whose
-    uncached rest is 104 tokens; the earlier turns' 40- and 80-token rests came out identical),
+    uncached rest is 104 tokens; the earlier turns' rests of 32-80 tokens came out identical),
     the same ones in both repeats, from output position 0, by at most 17 ULP, tokens identical."""
     code, doc, _ = f32_replays["f32"]
     assert code == 1 and doc["verdict"] == "fail"
