@@ -14,6 +14,7 @@ import typer
 from golden_cli import (
     engine_cmds,
     golden_cmds,
+    history_cmd,
     matrix_cmd,
     minimize_cmd,
     profiles_cmd,
@@ -22,7 +23,7 @@ from golden_cli import (
     report_cmd,
     update_cmd,
 )
-from golden_cli.options import DEBUG_ENV, exits_cleanly
+from golden_cli.options import DEBUG_ENV, HISTORY_ENV, exits_cleanly
 
 app = typer.Typer(
     help=__doc__,
@@ -34,9 +35,12 @@ app = typer.Typer(
 
 
 @app.callback()
-def main(debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1).")) -> None:
+def main(debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1)."),
+         history: str = typer.Option(None, "--history", help=f"Add every report this command writes to this results history: a file or a postgresql:// URL (same as {HISTORY_ENV}=...; docs/history.md).", show_default=False)) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"
+    if history:
+        os.environ[HISTORY_ENV] = history
 
 app.command("record")(exits_cleanly(record_cmd.record))
 app.command("replay")(exits_cleanly(replay_cmd.replay))
@@ -49,5 +53,6 @@ app.command("matrix")(exits_cleanly(matrix_cmd.matrix))
 app.command("update")(exits_cleanly(update_cmd.update))
 app.command("minimize")(exits_cleanly(minimize_cmd.minimize))
 app.add_typer(profiles_cmd.app, name="profiles")
+app.add_typer(history_cmd.app, name="history")
 app.command("serve")(exits_cleanly(engine_cmds.serve, signals=False))
 app.command("demo")(exits_cleanly(engine_cmds.demo))

@@ -1,8 +1,9 @@
 """`golden minimize`: shrink a failing replay to the smallest repro that still fails the same way
 (one library call, replay.jobs.minimize_session; the search itself is replay.jobs.minimize).
 
-Exit codes: 0 a repro was written, 2 error (including a start that does not fail, or a failure
-that went away on a rerun: flaky).
+Exit codes: 0 a repro was written (its failure reproduced on a final rerun), 2 error (including a
+start that does not fail on its rerun: flaky), 3 not reproduced (the minimized replay passed on
+its final rerun: the failure is flaky or went away during the search; no repro.sh is written).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from golden_cli.options import (
     takes_replay_options,
 )
 
+NOT_REPRODUCED = 3  # exit code: the failure did not reproduce on the final rerun
 REPEAT_HELP = "Judge each candidate by N repeats; a failure in any of them counts (flaky failures)."
 
 
@@ -63,7 +65,8 @@ def minimize(
     """Shrink a failing replay to the smallest one that still fails the same way."""
     from golden_cli import render
     from replay.jobs.minimize import parse_budget
-    from replay.jobs.minimize_session import Failure, MinimizeSettings, check_out_dir, minimize_golden
+    from replay.jobs.minimize_output import check_out_dir
+    from replay.jobs.minimize_session import Failure, MinimizeSettings, minimize_golden
 
     if failure is not None:
         Failure(failure)  # a bad class is an error before any replay
@@ -78,6 +81,13 @@ def minimize(
     result = minimize_golden(golden_path, target, out, settings, report=report, force=force,
                              progress=notify_stderr(quiet))
     final, start = result.final, result.start
+    if not result.reproduced:
+        render.err.print(
+            f"not reproduced: the minimized replay ({len(final.keep)} of {len(start.keep)} "
+            f"requests) passed on its final rerun: the failure is flaky or went away during the "
+            f"search (try --repeat N); no repro.sh written. Wrote {out}/: golden.zarr, "
+            "minimize.json, report.json", markup=False)
+        raise typer.Exit(NOT_REPRODUCED)
     state = "budget spent, may not be 1-minimal" if result.budget_exhausted else "1-minimal"
     flaky = (f"; flaky: failed in {result.judgement.failed_repeats} of {final.repeat} repeats"
              if result.flaky else "")

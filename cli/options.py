@@ -21,6 +21,7 @@ import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
+HISTORY_ENV = "GOLDEN_HISTORY"  # = replay.history.HISTORY_ENV: the results history to feed
 
 
 def exits_cleanly(fn: F, *, signals: bool = True) -> F:

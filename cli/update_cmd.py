@@ -41,7 +41,8 @@ def update(
     from replay.utils.errors import UsageError
     from replay.run.recorder import RecordOptions
     from replay.report.files import write_reports
-    from replay.jobs.update import UpdateOptions, UpdateResult, find_goldens, update_goldens
+    from replay.jobs.update import (UpdateOptions, UpdateResult, find_goldens, report_path,
+                                    update_goldens)
 
     options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
                             allow_model_change=allow_model_change,
@@ -57,7 +58,9 @@ def update(
     def shown(result: UpdateResult) -> None:
         print_result(result, dry_run, quiet)
         if report_dir and result.report is not None:
-            write_reports(result.report, report=report_dir / f"{result.path.name}.json")
+            path = report_path(report_dir, directory, result.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_reports(result.report, report=path)
 
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,14 @@ else
     echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
 fi
 
+# SGLang 0.5.23's REAL server on the CPU (Scheduler, radix cache, HiCache) for tests/e2e/sglang_cpu/,
+# in a venv of its own on the same CPU torch (${GOLDEN_SGLANG_CPU_VENV:-$HOME/.cache/golden-replay/
+# sglang-cpu-venv}, 1.5 GB) with sgl-kernel's CPU kvcache ops built from vendor/ (cached in
+# ~/.cache/golden-replay/sgl-kernel-cpu). First run a few minutes, then under a second. The tests
+# start the server through it; without it they skip, naming this script.
+bash scripts/install_sglang_cpu.sh \
+    || echo "note: SGLang's CPU server could not be installed: tests/e2e/sglang_cpu will skip" >&2
+
 # SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/
 # (they skip, naming this script, without it).
 bash scripts/install_router.sh \
@@ -37,6 +45,19 @@ if ! command -v chromium >/dev/null 2>&1; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
     else
         echo "note: chromium is not installed and this is not root: browser tests will skip" >&2
+    fi
+fi
+
+# Debian's PostgreSQL server for the results history's tests (tests/support/postgres.py starts a
+# throw-away one per session, as `nobody` when root; they skip, saying why, without it).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        # only the programs: no cluster of its own is created (nor a service started)
+        mkdir -p /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    else
+        echo "note: postgresql is not installed and this is not root: PostgreSQL tests will skip" >&2
     fi
 fi
 

@@ -39,6 +39,21 @@ def write_atomically(target: Path, fill: Callable[[Path], None], *, force: bool,
         raise
 
 
+def publish(tmp: Path, target: Path, *, force: bool, marker: str) -> None:
+    """Publish a directory the caller filled (a hidden sibling of `target`, e.g. from
+    `staging_sibling`): fsync it, then rename it into place as `write_atomically` does."""
+    _fsync_tree(tmp)
+    _move_into_place(tmp, target, force, marker)
+
+
+def staging_sibling(target: Path) -> Path:
+    """A new empty hidden sibling of `target` to fill and then `publish` (the caller removes it
+    if it never publishes)."""
+    tmp = _sibling(target, "tmp")
+    tmp.mkdir()
+    return tmp
+
+
 def refuse_existing(target: Path, force: bool, marker: str) -> None:
     """Without force, any existing path is refused; with force, only a directory holding
     `marker` may be replaced."""

@@ -127,3 +127,4 @@ def vocab_size(model_info: dict[str, Any], server_info: dict[str, Any]) -> int |
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None
+

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from replay.utils.bits import has_float32_specials, narrow_if_exact, same_bits, widen_float32
-from replay.golden.layout import REQUEST_COLUMNS_V1, REQUEST_COLUMNS_V2
+from replay.golden.layout import INT32_MAX, INT32_MIN, REQUEST_COLUMNS_V1, REQUEST_COLUMNS_V2
 
 _V1_WIDTH = len(REQUEST_COLUMNS_V1)
 
@@ -74,8 +74,9 @@ def unpack(attrs: dict[str, Any], stored: dict[str, np.ndarray]) -> tuple[dict[s
     if table.ndim != 2 or table.shape != (n, len(REQUEST_COLUMNS_V2)):
         return {}, [f"requests: shape {list(table.shape)}, expected {[n, len(REQUEST_COLUMNS_V2)]}"]
     lengths = attrs.get("prefix_lengths")
-    if not (isinstance(lengths, list) and all(type(x) is int and x >= 0 for x in lengths)):
-        return {}, ["attribute prefix_lengths must be a list of counts"]
+    if not (isinstance(lengths, list) and all(type(x) is int and 0 <= x <= INT32_MAX
+                                              for x in lengths)):
+        return {}, ["attribute prefix_lengths must be a list of counts (each within int32)"]
     counts = table[:, _V1_WIDTH:].astype(np.int64)
     if counts.size and counts.min() < 0:
         return {}, ["requests: negative num_retractions, new_token_count or output_count"]
@@ -129,6 +130,8 @@ def _unpack_top(attrs: dict[str, Any], stored: dict[str, np.ndarray],
                 and type(entry[1]) is int and isinstance(entry[2], str)
                 and previous < entry[0] < pos.size and _is_hex64(entry[2])):
             return [f"top1_exceptions: bad entry {entry!r} (sorted [row, token_id, 16 hex digits])"]
+        if not INT32_MIN <= entry[1] <= INT32_MAX:
+            return [f"top1_exceptions: token id {entry[1]} of row {entry[0]} is outside int32"]
         previous, ids[entry[0], 0] = entry[0], entry[1]
         vals[entry[0], 0] = np.array(int(entry[2], 16), dtype=np.uint64).view(np.float64)
     logical["top_ids"], logical["top_logprobs"] = ids, vals

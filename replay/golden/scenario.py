@@ -119,6 +119,20 @@ PRESETS: dict[str, ScenarioSpec] = {
         name="hicache-branching", groups=3, branches=3, prefix_len=512, suffix_len=64,
         turns=2, turn_suffix_len=32, max_new_tokens=160,
     ),
+    # SGLang's real HiCache on a CPU (docs/sglang-cpu.md), prompt-only reuse: 8 groups x 4
+    # branches share a 576-token prefix (4.5 pages of 128); 8 prefixes (4,608 tokens) outgrow the
+    # 4,096-token device pool, so with the interleave schedule (g0b0, g1b0, ... g7b0, g0b1, ...)
+    # a group's prefix has gone to host when its next branch comes and is loaded back.
+    "cpu-prompt-reuse": ScenarioSpec(
+        name="cpu-prompt-reuse", groups=8, branches=4, prefix_len=576, suffix_len=64,
+        turns=0, turn_suffix_len=0, max_new_tokens=8,
+    ),
+    # The same server, multi-turn: a follow-up turn's hit covers its parent's prompt AND the KV
+    # its parent's decode steps wrote (576 prompt + 160 generated -> a 640-token hit).
+    "cpu-branching": ScenarioSpec(
+        name="cpu-branching", groups=2, branches=2, prefix_len=512, suffix_len=64,
+        turns=1, turn_suffix_len=32, max_new_tokens=160,
+    ),
     "single": ScenarioSpec(
         name="single", groups=1, branches=1, prefix_len=0, suffix_len=128,
         turns=0, turn_suffix_len=0, max_new_tokens=32,

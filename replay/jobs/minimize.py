@@ -13,8 +13,11 @@ Invariants:
   never empty;
 - a candidate is judged at most once (judgements are memoized), and the start is judged first:
   a start that does not fail (a flaky failure) is an error, never a "minimal" repro;
-- unless the budget ran out (the result says so), the result is 1-minimal: removing any one
-  remaining conversation, or the last turn of any one, makes the failure go away.
+- the result is replayed once more at the end (outside the memo and the budget): a failure that
+  went away during the search (a flaky or state-dependent one) is "not reproduced", never a repro;
+- unless the budget ran out or that last rerun did not fail (the result says so), the result is
+  1-minimal: removing any one remaining conversation, or the last turn of any one, makes the
+  failure go away.
 """
 
 from __future__ import annotations
@@ -119,14 +122,29 @@ class Result:
     replays: int
     seconds: float
     budget_exhausted: bool
+    rerun: Judgement  # the final candidate replayed once more, after the search
+
+    @property
+    def reproduced(self) -> bool:
+        """Whether the final candidate still failed the same way when replayed again."""
+        return self.rerun.fails
 
     @property
     def one_minimal(self) -> bool:
-        return not self.budget_exhausted
+        return self.reproduced and not self.budget_exhausted
 
     @property
     def flaky(self) -> bool:
-        return self.judgement.failed_repeats < self.final.repeat
+        return min(self.judgement.failed_repeats, self.rerun.failed_repeats) < self.final.repeat
+
+    @property
+    def verdict(self) -> str:
+        """What the result is: `1-minimal`, `budget spent ...` or `not reproduced`."""
+        if not self.reproduced:
+            return "not reproduced"
+        if self.budget_exhausted:
+            return "budget spent (smallest failing replay found so far; may not be 1-minimal)"
+        return "1-minimal"
 
 
 class _OutOfBudget(Exception):
@@ -227,9 +245,21 @@ class Search:
             cand, exhausted = self.current or start, True
             self.progress("budget spent: the result is the smallest failing replay found so far "
                           "and may not be 1-minimal")
+        rerun = self.rerun(cand)
         return Result(start=start, final=cand, judgement=self.memo[cand], steps=self.steps,
                       replays=self.replays, seconds=time.monotonic() - self.started,
-                      budget_exhausted=exhausted)
+                      budget_exhausted=exhausted, rerun=rerun)
+
+    def rerun(self, cand: Candidate) -> Judgement:
+        """The final candidate judged once more, bypassing the memo and the budget: the result
+        claims only what this last replay showed."""
+        judgement = self.judge(cand)
+        self.replays += 1
+        verdict = (f"still fails ({judgement.failed_repeats}/{cand.repeat} repeats)"
+                   if judgement.fails else "passes: the failure did not reproduce")
+        self.progress(f"rerun of the result: {self.describe(cand)}: {verdict} "
+                      f"[{judgement.seconds:.1f}s]")
+        return judgement
 
     def step(self, name: str, reduce: Callable[[Candidate, Step], Candidate],
              cand: Candidate) -> Candidate:

@@ -12,7 +12,6 @@ each repeat, so every candidate starts from an empty cache), and writes the outp
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -27,7 +26,10 @@ from replay.jobs.minimize import Budget, Candidate, Judgement, NotFailing, Progr
 from replay.run.replayer import ReplayOptions, replay_argv
 from replay.report.document import SCHEMA as REPORT_SCHEMA
 from replay.report.files import json_text, write_atomic
-from replay.jobs.session import replay_golden
+from replay.jobs.minimize_output import MARKER, staged_out_dir
+from replay.jobs.repro_script import Secret, repro_sh
+from replay.utils.redact import argv_secrets, url_password
+from replay.jobs.session import known_secrets, replay_golden, secrets_scrubbed
 from replay.server.target import ServerTarget
 
 SCHEMA = "golden-replay/minimize/1"
@@ -127,22 +129,21 @@ def read_failing_report(path: Path, golden: Golden) -> dict[str, Any]:
     return report
 
 
-def check_out_dir(out: Path, force: bool) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise UsageError(f"{out} exists and is not empty; pass --force to overwrite")
-
-
 def minimize_golden(golden_path: Path, target: ServerTarget, out: Path,
                     settings: MinimizeSettings = MinimizeSettings(), *,
                     report: Path | None = None, force: bool = False,
                     progress: Progress | None = None) -> Result:
     """Minimize the failing replay of `golden_path` against `target`; write `out`."""
-    check_out_dir(out, force)
+    out_abs, logs_abs = Path(out).absolute(), Path(target.log_dir).absolute()
+    if target.profile is not None and (logs_abs == out_abs or out_abs in logs_abs.parents):
+        raise UsageError(f"--log-dir {target.log_dir} is inside --out {out}: the output directory "
+                         "is published whole at the end; put the server's log elsewhere")
     golden = read_golden(golden_path)
     failing = read_failing_report(report, golden) if report else None
     say = progress or (lambda line: None)
     started, first = time.monotonic(), 0
-    with target.serving(settings.client.api_key) as url:
+    with secrets_scrubbed(known_secrets(settings.client, target)), \
+            staged_out_dir(out, force) as staging, target.serving(settings.client.api_key) as url:
         server = ServerTarget(url=url)
         if failing is None:
             first = 1
@@ -158,9 +159,8 @@ def minimize_golden(golden_path: Path, target: ServerTarget, out: Path,
                           concurrency=settings.client.concurrency,
                           repeat=settings.options.repeat)
         result = Search(golden.requests, judge, settings.budget, progress).run(start)
-    seconds = time.monotonic() - started
-    write_outputs(out, golden, golden_path, target, settings, failure, result,
-                  seconds=seconds, replays=result.replays + first, force=force)
+        write_outputs(staging, golden, golden_path, target, settings, failure, result,
+                      seconds=time.monotonic() - started, replays=result.replays + first)
     return result
 
 
@@ -195,20 +195,22 @@ class CandidateJudge:
 
 def write_outputs(out: Path, golden: Golden, golden_path: Path, target: ServerTarget,
                   settings: MinimizeSettings, failure: Failure, result: Result, *,
-                  seconds: float, replays: int, force: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+                  seconds: float, replays: int) -> None:
+    """Into `out` (the staging directory, published whole afterwards): the sub-golden, the
+    final rerun's report, the record and, only when the rerun reproduced the failure, repro.sh."""
     sub = subset_golden(golden, result.final.keep, minimized={
         "from": str(golden_path), "of_requests": len(golden.requests),
         "requests": len(result.final.keep), "failure": str(failure)})
-    write_golden(sub, out / "golden.zarr", force=force)
-    if result.judgement.report is not None:
-        write_atomic(out / "report.json", json_text(result.judgement.report))
-    repro = out / "repro.sh"
-    repro.write_text(repro_script(target, settings, result, failure))
-    repro.chmod(0o755)
+    write_golden(sub, out / "golden.zarr")
+    report = result.rerun.report or result.judgement.report
+    if report is not None:
+        write_atomic(out / "report.json", json_text(report))
+    if result.reproduced:
+        write_atomic(out / "repro.sh", repro_script(target, settings, result, failure),
+                     mode=0o755)
     doc = minimize_record(golden, golden_path, target, settings, failure, result, seconds,
                           replays)
-    write_atomic(out / "minimize.json", json_text(doc))
+    write_atomic(out / MARKER, json_text(doc))
 
 
 def candidate_dict(golden: Golden, cand: Candidate) -> dict[str, Any]:
@@ -222,8 +224,6 @@ def minimize_record(golden: Golden, golden_path: Path, target: ServerTarget,
                     seconds: float, replays: int) -> dict[str, Any]:
     """minimize.json: where it started, each step, where it ended, and the verdict."""
     j = result.judgement
-    verdict = "budget spent (smallest failing replay found so far; may not be 1-minimal)" \
-        if result.budget_exhausted else "1-minimal"
     return {
         "schema": SCHEMA,
         "golden": str(golden_path),
@@ -236,20 +236,23 @@ def minimize_record(golden: Golden, golden_path: Path, target: ServerTarget,
                    "request_ids": [golden.requests[i].id for i in result.final.keep],
                    "failing": list(j.failing), "failed_repeats": j.failed_repeats,
                    "flaky": result.flaky},
+        "rerun": {"fails": result.rerun.fails, "failed_repeats": result.rerun.failed_repeats,
+                  "failing": list(result.rerun.failing)},
         "steps": [s.to_dict() for s in result.steps],
         "replays": replays,  # including the first replay of the whole golden, when run
         "seconds": round(seconds, 3),
         "one_minimal": result.one_minimal,
         "budget_exhausted": result.budget_exhausted,
-        "verdict": verdict,
+        "reproduced": result.reproduced,
+        "verdict": result.verdict,
     }
 
 
 def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Result,
                  failure: Failure) -> str:
-    """A POSIX sh script rerunning the minimized replay; `repro.sh [SERVER_URL] [OPTIONS...]`."""
+    """repro.sh (replay/jobs/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
     if target.url is not None:
-        default = ["--server", target.label]
+        default = ["--server", target.url]
     else:
         default = ["--launch", str(target.profile)]
         default += ["--model", target.model] if target.model else []
@@ -262,17 +265,24 @@ def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Resul
     options = ["--api", settings.api, *replay_argv(final), "--concurrency", str(c.concurrency)]
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
-    q = shlex.join
-    return f"""#!/bin/sh
-# Written by `golden minimize` (how it was found: minimize.json beside this file).
-# Reruns the minimized replay: {len(c.keep)} request(s) that fail with {failure}{flaky}.
-# Usage: repro.sh [SERVER_URL] [more `golden replay` options, e.g. --report r.json]
-# Without SERVER_URL: {q(default)}. Exits as `golden replay` does (0 pass, 1 fail, 2 error).
-# Set GOLDEN to run another build of the tool, e.g. GOLDEN="python3 -m cli".
-here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
-case "${{1:-}}" in
-    ""|-*) set -- {q(default)} "$@" ;;
-    *) url=$1; shift; set -- --server "$url" "$@" ;;
-esac
-exec ${{GOLDEN:-golden}} replay "$here/golden.zarr" {q(options)} "$@"
-"""
+    return repro_sh(default, options, secrets=script_secrets(target, settings.client),
+                    summary=f"Reruns the minimized replay: {len(c.keep)} request(s) that fail "
+                            f"with {failure}{flaky}.")
+
+
+def script_secrets(target: ServerTarget, client: ClientOptions) -> list[Secret]:
+    """Every secret the script's words may contain, each with the variable it is read from:
+    golden's own keys, a URL's password, the values of secret-named `--server-arg`s."""
+    secrets = [Secret(client.api_key, "GOLDEN_API_KEY", "the --api-key given to golden")] \
+        if client.api_key else []
+    if client.admin_api_key:
+        secrets.append(Secret(client.admin_api_key, "GOLDEN_ADMIN_API_KEY",
+                              "the --admin-api-key given to golden"))
+    password = url_password(target.url) if target.url else None
+    if password:
+        secrets.append(Secret(password, "GOLDEN_SERVER_PASSWORD", "the password in --server"))
+    known = {s.value for s in secrets}
+    others = [v for v in argv_secrets(list(target.extra_args)) if v not in known]
+    secrets += [Secret(v, f"GOLDEN_SECRET_{n}", f"secret value #{n} of the --server-args")
+                for n, v in enumerate(others, 1)]
+    return secrets

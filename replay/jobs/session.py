@@ -35,7 +35,7 @@ from replay.golden.meaning import check_meaning
 from replay.golden.store import content_checksum, read_golden, write_golden
 from replay.run.journal import Journal, journal_path
 from replay.run.recorder import RecordOptions, record, server_facts
-from replay.utils.redact import scrub, url_secrets
+from replay.utils.redact import argv_secrets, scrub, url_secrets
 from replay.run.replayer import ReplayOptions, replay
 from replay.report.document import RunSetup, report_dict
 from replay.golden.scenario import Plan
@@ -144,9 +144,10 @@ def compared_nothing(result: Any) -> None:
 
 
 def known_secrets(client: ClientOptions, target: "ServerTarget") -> tuple[str, ...]:
-    """The secret values this run knows: the API keys and the server URL's password."""
-    return tuple(s for s in (client.api_key, client.admin_api_key, *url_secrets(target.url or ""))
-                 if s)
+    """The secret values this run knows: the API keys, the server URL's password and the values
+    of secret-named `--server-arg`s."""
+    return tuple(s for s in (client.api_key, client.admin_api_key, *url_secrets(target.url or ""),
+                             *argv_secrets(target.extra_args)) if s)
 
 
 @contextlib.contextmanager

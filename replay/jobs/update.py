@@ -62,6 +62,14 @@ def find_goldens(directory: Path) -> list[Path]:
     return sorted(outermost)
 
 
+def report_path(report_dir: Path, directory: Path, golden: Path) -> Path:
+    """Where `--report-dir` keeps one golden's comparison: the golden's path under `directory`,
+    mirrored, plus `.json` (`h200/qwen.zarr` -> `h200/qwen.zarr.json`), so goldens of the same
+    name in different directories never overwrite each other."""
+    rel = Path(golden).relative_to(directory)
+    return Path(report_dir) / rel.parent / f"{rel.name}.json"
+
+
 def update_goldens(directory: Path, target: ServerTarget | str, *,
                    options: UpdateOptions = UpdateOptions(),
                    client_options: ClientOptions | None = None, api: str = "auto",

@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis.base import Completion
-from replay.judge.cache_check import CacheExpectation, HitTally, parse_expectation
+from replay.judge.cache_check import (
+    CacheExpectation,
+    HitTally,
+    parse_expectation,
+    with_eviction_pressure,
+)
 from replay.server.connection import Connection
 from replay.judge.diff import IDENTICAL, Policy, diff_outputs
 from replay.utils.errors import ModelMismatch, NumericsMismatch, UsageError
@@ -95,6 +100,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     check_sampling_defaults(model_info, {**golden.sampling, "max_new_tokens": 0})
     expectation = parse_expectation(options.expect_cache, server_info, model_info,
                                     conn.api.expect_cache_auto)
+    expectation = with_eviction_pressure(expectation, server_info, footprint(golden))
     vocab = vocab_size(model_info, server_info)
     inputs = [golden.input_ids(i) for i in range(len(golden.requests))]
     tally = HitTally()
@@ -134,6 +140,13 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     result.hit_lengths = tally.histogram()
     result.tiers = dict(tally.tiers)
     return result
+
+
+def footprint(golden: Golden) -> int:
+    """The distinct tokens a golden puts through a prefix cache: each group's shared prefix once,
+    then every request's own new tokens and its output (the radix tree it grows)."""
+    prefixes = sum(len(p) for p in golden.prefixes)
+    return prefixes + sum(len(r.new_tokens) + len(r.output_ids) for r in golden.requests)
 
 
 def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from replay.server.apis import resolve_api
 from replay.server.apis.base import (Api, Completion, SupportsFastParse, SupportsHitSources,
-                                     SupportsPrepare, SupportsStorageClear)
+                                     SupportsPrepare, SupportsStorageClear, checked_counts)
 from replay.server.transport import ClientOptions, ServerClient
 from replay.utils.errors import MalformedResponse
 
@@ -62,11 +62,13 @@ class Connection:
         try:
             if isinstance(self.api, SupportsFastParse):
                 text = await self.client.post_text(path, body, request_id, max_bytes=budget)
-                return self.api.parse_text(text, request_id, max_new_tokens=max_new_tokens,
-                                           top_k=top_k, vocab_size=vocab_size)
+                return checked_counts(self.api.parse_text(text, request_id,
+                                                          max_new_tokens=max_new_tokens,
+                                                          top_k=top_k, vocab_size=vocab_size),
+                                      request_id)
             raw = await self.client.post(path, body, request_id, max_bytes=budget)
-            return self.api.parse(raw, request_id, max_new_tokens=max_new_tokens, top_k=top_k,
-                                  vocab_size=vocab_size)
+            return checked_counts(self.api.parse(raw, request_id, max_new_tokens=max_new_tokens,
+                                                 top_k=top_k, vocab_size=vocab_size), request_id)
         except MalformedResponse as exc:  # its message may quote what the server sent
             raise MalformedResponse(self.client.scrub(str(exc))) from None
 

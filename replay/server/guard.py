@@ -11,8 +11,12 @@ profile's grace, SIGKILL) and removes the launch's scratch directory.
 
 A parent-death signal (prctl PR_SET_PDEATHSIG) would not do: it reaches only the direct child
 (often a `sh -c` wrapper, not the engine it starts), and fires when the *thread* that started the
-child exits, not the process. The watchdog is started before the server and told the group id
-afterwards, so no moment exists in which a server runs unwatched.
+child exits, not the process. The watchdog is started before the server, with the launch's
+marker (replay/server/process_group.py: every process of the launch, in its group or one that
+left it by setsid or a double fork, carries it in its environment), and told the group id once
+the server runs. So no moment exists in which a server runs unwatched: if golden-replay dies
+between starting the server and telling its group (a SIGKILL there), the watchdog still finds
+the server by its marker; and helpers that left the group die with it.
 """
 
 from __future__ import annotations
@@ -28,35 +32,70 @@ WATCHDOG = r"""
 import os, shutil, signal, sys, time
 for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
     signal.signal(s, signal.SIG_IGN)
-grace, scratch = float(sys.argv[1]), sys.argv[2]
+grace, scratch, marker = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+needle = ("GOLDEN_REPLAY_LAUNCH=" + marker).encode()
 stdin = sys.stdin.buffer
 line = stdin.readline()
-if not line.strip().isdigit():
-    sys.exit(0)  # the server never started
-pgid = int(line)
-if stdin.read(1):
+if line == b"x":
+    sys.exit(0)  # golden-replay stopped the server itself before telling its group
+pgid = int(line) if line.strip().isdigit() else None  # None: golden died before telling it
+if pgid is not None and stdin.read(1):
     sys.exit(0)  # golden-replay stopped the server itself
 
-def alive():
+def marked():
+    found = []
+    for entry in os.listdir("/proc") if marker and os.path.isdir("/proc/self") else ():
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+def group_alive():
+    if pgid is None:
+        return False
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
     return True
 
-try:
-    os.killpg(pgid, signal.SIGTERM)
-except (ProcessLookupError, PermissionError):
-    pass
+def hit(sig):
+    if pgid is not None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in marked():
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+hit(signal.SIGTERM)
 deadline = time.monotonic() + grace
-while alive() and time.monotonic() < deadline:
+while group_alive() and time.monotonic() < deadline:
     time.sleep(0.05)
-try:
-    os.killpg(pgid, signal.SIGKILL)
-except (ProcessLookupError, PermissionError):
-    pass
+while marked() and time.monotonic() < deadline:
+    time.sleep(0.05)
+if scratch and not group_alive():
+    shutil.rmtree(scratch, ignore_errors=True)  # at once when the group went on SIGTERM
+hit(signal.SIGKILL)
 if scratch:
     shutil.rmtree(scratch, ignore_errors=True)
+# A server forked just before golden-replay died may still be exec'ing into its marked
+# environment: look again until a second has passed with nothing marked alive.
+quiet_since = time.monotonic()
+while time.monotonic() - quiet_since < 1.0:
+    time.sleep(0.1)
+    if group_alive() or marked():
+        hit(signal.SIGKILL)
+        quiet_since = time.monotonic()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 """
 
 
@@ -87,10 +126,11 @@ class Watchdog:
             self.proc.wait(timeout=5)
 
 
-def start_watchdog(grace: float, scratch: Path | None) -> Watchdog:
-    """A watchdog waiting to be told which process group to guard (`Watchdog.watch`)."""
+def start_watchdog(grace: float, scratch: Path | None, marker: str = "") -> Watchdog:
+    """A watchdog waiting to be told which process group to guard (`Watchdog.watch`); from the
+    start it also guards every process whose environment carries the launch `marker`."""
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", WATCHDOG, str(grace), str(scratch or "")],
+        [sys.executable, "-I", "-S", "-c", WATCHDOG, str(grace), str(scratch or ""), marker],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -98,10 +138,10 @@ def start_watchdog(grace: float, scratch: Path | None) -> Watchdog:
 
 
 @contextlib.contextmanager
-def watchdog(grace: float, scratch: Path | None):  # type: ignore[no-untyped-def]
-    """`with watchdog(grace, scratch) as dog: proc = start(); dog.watch(proc.pid); ...`: the
-    caller stops the server inside the block; leaving the block (any way) releases the dog."""
-    dog = start_watchdog(grace, scratch)
+def watchdog(grace: float, scratch: Path | None, marker: str = ""):  # type: ignore[no-untyped-def]
+    """`with watchdog(grace, scratch, marker) as dog: proc = start(); dog.watch(proc.pid); ...`:
+    the caller stops the server inside the block; leaving the block (any way) releases the dog."""
+    dog = start_watchdog(grace, scratch, marker)
     try:
         yield dog
     finally:

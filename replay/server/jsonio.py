@@ -27,12 +27,18 @@ def encode(obj: Any) -> str:
     return _ENCODER.encode(obj).decode()
 
 
+def too_deep(what: str) -> MalformedResponse:
+    return MalformedResponse(f"{what}: response is not usable JSON (nested too deeply)")
+
+
 def decode(text: str | bytes, what: str) -> Any:
     """JSON text to Python objects; MalformedResponse naming `what` when it is not JSON."""
     try:
         return msgspec.json.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError):
         pass
+    except RecursionError:
+        raise too_deep(what) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -44,8 +44,8 @@ import numpy as np
 from replay.server.apis import check_api_name, get_api
 from replay.utils.errors import GoldenError, ServerError, UsageError
 from replay.server.gpu import choose_attention_backend
-from replay.server.process_group import exited_soon, stop_process_group
-from replay.utils.redact import redact_text
+from replay.server.process_group import MARKER_ENV, exited_soon, new_marker, stop_process_group
+from replay.utils.redact import REDACTED, argv_secrets, is_secret_key, redact_text, scrubbed_errors
 from replay.server.guard import watchdog
 from replay.server.listener import Unconfirmed, confirm_listener
 
@@ -64,6 +64,8 @@ PROFILE_KEYS = {
     "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids", "api",
 }
 TAIL_LINES = 6
+# The log's first lines are ours (the command, then the profile's variables): never in a tail.
+HEADER_PREFIXES = ("# golden-replay launch", "#   env ")
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
 TAIL_CHARS = 600
 # The tool's own secrets: never inherited by a launched server (a profile may still pass one on
@@ -264,24 +266,33 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
     port = free_port(host)
     url = f"http://{host}:{port}"
     backend = attention_choice(profile, attention_backend, notify)
+    marker = new_marker()  # every process of this launch carries it, in its group or not
     with scratch_directory(log_path.parent, profile.name) as scratch, \
-            watchdog(profile.stop_timeout, scratch) as dog:
+            watchdog(profile.stop_timeout, scratch, marker) as dog:
         rendered = render(profile, model=model, port=port, log_dir=log_path.parent, host=host,
                           fault=fault, extra_args=extra_args, scratch_dir=scratch,
                           attention_backend=backend)
-        proc = start_process(rendered, log_path, profile.name)
-        dog.watch(proc.pid)  # from here the server dies with us, even on SIGKILL
+        proc = start_process(rendered, log_path, profile.name, marker)
+        dog.watch(proc.pid)  # the dog knew the marker already; now it knows the group too
         try:
-            wait_until_ready(proc, url, profile, log_path, api_key)
-            confirm_ours(proc, port, profile)
-            try:
-                yield url
-            except GoldenError as exc:
-                if exited_soon(proc, DEATH_GRACE):
-                    raise ServerError(f"{exc}; {died_message(profile, proc, log_path, 'during the run')}") from exc
-                raise
+            with scrubbed_errors(launch_secrets(rendered, api_key)):
+                wait_until_ready(proc, url, profile, log_path, api_key)
+                confirm_ours(proc, port, profile)
+                try:
+                    yield url
+                except GoldenError as exc:
+                    if exited_soon(proc, DEATH_GRACE):
+                        raise ServerError(f"{exc}; {died_message(profile, proc, log_path, 'during the run')}") from exc
+                    raise
         finally:
-            stop_process_group(proc, profile.stop_timeout)
+            stop_process_group(proc, profile.stop_timeout, marker)
+
+
+def launch_secrets(rendered: Rendered, api_key: str | None) -> list[str]:
+    """The secret values a launched server may echo into its log: the API key, the values of
+    secret-named arguments and of the profile's secret-named variables."""
+    named = [v for k, v in rendered.env.items() if is_secret_key(k)]
+    return [s for s in (api_key, *argv_secrets(rendered.argv), *named) if s]
 
 
 @contextlib.contextmanager
@@ -302,15 +313,20 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
-def start_process(rendered: Rendered, log_path: Path, name: str) -> subprocess.Popen[bytes]:
+def start_process(rendered: Rendered, log_path: Path, name: str,
+                  marker: str = "") -> subprocess.Popen[bytes]:
     """The server in its own session (so its own process group, out of reach of the terminal's
-    Ctrl-C), stdout and stderr into the log, which starts with the command (secrets redacted)."""
+    Ctrl-C), stdout and stderr into the log, which starts with the command (secrets redacted);
+    its environment carries the launch `marker` (replay/server/process_group.py)."""
     inherited = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
     env = {**inherited, "PYTHONUNBUFFERED": "1", **rendered.env}
+    if marker:
+        env[MARKER_ENV] = marker
     with open(log_path, "wb") as log:
-        header = f"# golden-replay launch {name}: {redact_text(rendered.shell())}\n"
+        header = f"{HEADER_PREFIXES[0]} {name}: {redact_text(rendered.shell())}\n"
         for k, v in rendered.env.items():
-            header += f"#   env {redact_text(f'{k}={shlex.quote(v)}')}\n"
+            shown = REDACTED if is_secret_key(k) else shlex.quote(v)
+            header += f"{HEADER_PREFIXES[1]}{redact_text(f'{k}={shown}')}\n"
         log.write(header.encode())
         log.flush()
         try:
@@ -431,8 +447,10 @@ def log_tail(log_path: Path, lines: int = TAIL_LINES) -> list[str]:
         return []
     kept = []
     for line in raw.replace("\r", "\n").splitlines():
+        if line.startswith(HEADER_PREFIXES):  # our own header, matched before any squeezing
+            continue
         line = " ".join(_ANSI.sub("", line).split())
-        if line and not line.startswith("# golden-replay launch") and not line.startswith("#   env "):
+        if line:
             line = redact_text(line)
             kept.append(line if len(line) <= 240 else line[:240] + "...")
     return _collapse_repeats(kept)[-lines:]

@@ -1,5 +1,12 @@
 """Stop a launched server's whole process group, and tell whether any of it is still alive.
 
+A process group is not enough on its own: a server may start helpers that leave it (setsid, a
+double fork, a daemonizing tool). Every launched server therefore carries a marker in its
+environment (`GOLDEN_REPLAY_LAUNCH=<id>`, unique per launch), which every descendant inherits
+however far it moves; `marked_processes` finds them through /proc/*/environ, and stopping a
+server stops them too. (A descendant that execs with a scrubbed environment, or runs in a
+container started through a daemon, escapes both; docs/reliability.md.)
+
 Deliberately synchronous (signals, /proc and waits); used by replay/server/launch.py.
 """
 
@@ -7,13 +14,61 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-def stop_process_group(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM to the whole group, up to `grace` seconds for it to go, then SIGKILL.
+MARKER_ENV = "GOLDEN_REPLAY_LAUNCH"  # in every launched server's environment: MARKER_ENV=<id>
+
+
+def new_marker() -> str:
+    """A launch id no other launch (of this or any other golden-replay) shares."""
+    return f"{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds `MARKER_ENV=marker`: a launched
+    server and all its descendants, in its process group or not."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone, or another user's
+            continue
+        if needle in environ.split(b"\0") and stat[stat.rfind(")") + 2:][:1] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def stop_marked(marker: str, grace: float) -> None:
+    """SIGTERM every process carrying the marker, up to `grace` seconds, then SIGKILL."""
+    if not os.path.isdir("/proc/self"):
+        return
+    _signal_all(marked_processes(marker), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_all(marked_processes(marker), signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace: float,
+                       marker: str | None = None) -> None:
+    """SIGTERM to the whole group, up to `grace` seconds for it to go, then SIGKILL; then the
+    same for any process carrying the launch's `marker` that left the group.
 
     The group, not just the leader: servers such as SGLang run schedulers and detokenizers in
     child processes, and a leader that exits on SIGTERM may leave them holding the GPU. A second
@@ -27,8 +82,12 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace: float) -> None:
         _wait_group_gone(pgid, deadline)
     except KeyboardInterrupt:
         kill_group(proc, pgid)
+        if marker:
+            stop_marked(marker, 0.0)
         raise
     kill_group(proc, pgid)
+    if marker:
+        stop_marked(marker, grace)
 
 
 def exited_soon(proc: subprocess.Popen[bytes], within: float) -> bool:

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -62,6 +63,14 @@ class ClientOptions:
             raise UsageError("retries must be >= 0")
 
 
+def url_has_credentials(url: str) -> bool:
+    """Whether the URL names a user (`scheme://user[:password]@host`): HTTP Basic auth."""
+    try:
+        return urlsplit(url).username is not None
+    except ValueError:
+        return False
+
+
 class ServerClient:
     """Use as `async with ServerClient(url, options) as client:`; it owns the session, the pool,
     timeouts and retries."""
@@ -70,6 +79,10 @@ class ServerClient:
         self._base = url.rstrip("/")  # with credentials, for requests only
         self.url = redact_text(self._base)  # for messages and metadata
         self.options = options or ClientOptions()
+        if self.options.api_key and url_has_credentials(url):
+            raise UsageError(f"--server {self.url} carries credentials (user:password@) and "
+                             "--api-key is given too: one request has one Authorization header; "
+                             "use one of them")
         self.secrets = tuple(s for s in (self.options.api_key, self.options.admin_api_key,
                                          *url_secrets(url)) if s)
         self._session: aiohttp.ClientSession | None = None

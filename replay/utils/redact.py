@@ -12,10 +12,13 @@ everything it hands on, and by the session in every error it reports.
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from replay.utils.errors import GoldenError
 
 REDACTED = "<redacted>"
 
@@ -23,6 +26,12 @@ REDACTED = "<redacted>"
 _SECRET_PARTS = (
     "apikey", "api_key", "secret", "password", "passwd", "authorization", "credential",
     "private_key", "access_key", "cookie",
+)
+# `<qualifier>_key` names a credential (ADMIN_KEY, --auth-key, MASTER_KEY); other keys (cache_key,
+# sort_key) are not secrets.
+_KEY_QUALIFIERS = (
+    "admin", "auth", "master", "service", "signing", "encryption", "session", "license", "client",
+    "bearer", "user", "account", "hmac", "jwt", "root", "app",
 )
 # Tokenizer special-token names ("bos_token": "<s>") are not secrets.
 _BENIGN_TOKEN_PREFIXES = ("bos", "eos", "pad", "unk", "sep", "cls", "mask")
@@ -37,13 +46,15 @@ _URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+
 
 def is_secret_key(name: str) -> bool:
     """Whether a key or flag name names a credential: api_key, api-key, apiKey, secret,
-    password, authorization, hf_token, access_token, ... but not token counts or tokenizer
+    password, authorization, hf_token, access_token, admin_key, ... but not token counts or tokenizer
     settings (cached_tokens, max_total_tokens, token_lo, tokenizer_path, eos_token_id)."""
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.lstrip("-")).lower()
     snake = re.sub(r"[^a-z0-9]+", "_", snake).strip("_")
     if any(part in snake for part in _SECRET_PARTS):
         return True
     words = [w for w in snake.split("_") if w]
+    if len(words) > 1 and words[-1] == "key" and words[-2] in _KEY_QUALIFIERS:
+        return True
     if not words or not words[-1].endswith("token"):
         return False
     if words[-1] == "token" and len(words) > 1 and words[-2] in _BENIGN_TOKEN_PREFIXES:
@@ -79,6 +90,19 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+@contextlib.contextmanager
+def scrubbed_errors(secrets: Sequence[str]) -> Iterator[None]:
+    """Re-raise an exception of the tool (a launched server's log tail, an echoing server)
+    whose message holds one of `secrets` with each occurrence replaced."""
+    try:
+        yield
+    except GoldenError as exc:
+        clean = scrub(str(exc), secrets)
+        if clean == str(exc):
+            raise
+        raise type(exc)(clean) from None
+
+
 def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
     """A copy of a JSON-like value with `scrub` applied to every string in it (keys included)."""
     if not secrets:
@@ -90,6 +114,14 @@ def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, (list, tuple)):
         return [scrub_values(v, secrets) for v in value]
     return value
+
+
+def url_password(url: str) -> str | None:
+    """The password of `scheme://user:password@host` as written (None when there is none)."""
+    try:
+        return urlsplit(url).password or None
+    except ValueError:
+        return None
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -118,6 +150,20 @@ def redact_secrets(value: Any) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     return value
+
+
+def argv_secrets(argv: Sequence[str]) -> list[str]:
+    """The values of secret-named flags in an argv list: `--api-key=X`, `--api-key X`, and the
+    value of `NAME=X` when NAME names a secret; in order, without repeats."""
+    found: list[str] = []
+    for i, item in enumerate(argv):
+        flag, eq, value = item.partition("=")
+        if eq and value and is_secret_key(flag):
+            found.append(value)
+        elif (not eq and item.startswith("-") and is_secret_key(item) and i + 1 < len(argv)
+              and argv[i + 1]):
+            found.append(argv[i + 1])
+    return list(dict.fromkeys(found))
 
 
 def _redact_argv(items: list[Any]) -> list[Any]:

@@ -249,3 +249,29 @@ def test_a_reader_racing_an_update_never_sees_a_torn_golden(golden, tmp_path):
         stop.set()
         thread.join()
     assert errors == []
+
+
+# --- issue 22: a layout-2 attribute past int32 ---------------------------------------------------
+
+
+@pytest.mark.parametrize("token_id", [2**31, 2**63, -(2**31) - 1])
+def test_a_top1_exception_token_id_past_int32_is_refused_by_name(golden, tmp_path, token_id):
+    path = _copy(golden, tmp_path)
+    root = json.loads((path / "zarr.json").read_text())
+    attrs = root["attributes"]
+    attrs["top1_exceptions"] = [[0, token_id, "bff0000000000000"]]
+    attrs["attrs_sha256"] = attrs_sha256(attrs)
+    (path / "zarr.json").write_text(json.dumps(root))
+    text = refused(path)
+    assert "top1_exceptions" in text and str(token_id) in text and "unexpected" not in text
+
+
+def test_a_prefix_length_past_int64_is_refused_by_name(golden, tmp_path):
+    path = _copy(golden, tmp_path)
+    root = json.loads((path / "zarr.json").read_text())
+    attrs = root["attributes"]
+    attrs["prefix_lengths"] = [2**63] + attrs["prefix_lengths"][1:]
+    attrs["attrs_sha256"] = attrs_sha256(attrs)
+    (path / "zarr.json").write_text(json.dumps(root))
+    text = refused(path)
+    assert "prefix_lengths" in text and "unexpected" not in text

@@ -145,3 +145,43 @@ def test_a_launched_server_never_inherits_the_api_key_nor_leaks_it_through_its_l
     assert "env key: (none)" in error_line(res)  # the log tail is quoted, the key never reached it
     assert SECRET not in res.output and SECRET not in report.read_text()
     assert json.loads(report.read_text())["verdict"] == "error"
+
+
+ADMIN = "adm-profile-7a6b5c4d3e2f"
+
+
+def env_profile(tmp_path: Path) -> Path:
+    """prints_secrets.py launched with a secret in the profile's own `env` table."""
+    path = Path(fake_profile(tmp_path, "prints_secrets.py", warmup=False))
+    path.write_text(path.read_text() + f'\n[env]\nSERVER_ADMIN_KEY = "{ADMIN}"\n')
+    return path
+
+
+def test_a_profile_env_secret_never_reaches_stderr_or_any_report(golden, tmp_path):
+    report, junit, html = tmp_path / "r.json", tmp_path / "r.xml", tmp_path / "r.html"
+    res = runner.invoke(app, ["replay", str(golden), "--launch", str(env_profile(tmp_path)),
+                              "--log-dir", str(tmp_path / "logs"), "--report", str(report),
+                              "--junit", str(junit), "--html", str(html), "-q"])
+    assert "SERVER_ADMIN_KEY" in error_line(res)  # the log tail is quoted ...
+    for text in (res.output, report.read_text(), junit.read_text(), html.read_text()):
+        assert ADMIN not in text  # ... without the value, from the header or the server
+
+
+def test_a_secret_server_arg_never_reaches_the_errors_of_replay_or_minimize(golden, tmp_path):
+    profile = fake_profile(tmp_path, "prints_secrets.py", warmup=False)
+    args = ["--launch", profile, "--log-dir", str(tmp_path / "logs"), "--server-arg=--admin-key",
+            f"--server-arg={SECRET}", "-q"]
+    replayed = runner.invoke(app, ["replay", str(golden), *args])
+    minimized = runner.invoke(app, ["minimize", str(golden), "--out", str(tmp_path / "m"),
+                                    *args])
+    for res in (replayed, minimized):
+        assert "arg: --admin-key" in error_line(res)
+        assert SECRET not in res.output
+
+
+def test_minimize_scrubs_its_api_key_from_a_launched_servers_log_tail(golden, tmp_path):
+    profile = fake_profile(tmp_path, "prints_secrets.py", warmup=False)
+    res = runner.invoke(app, ["minimize", str(golden), "--out", str(tmp_path / "m"), "--launch",
+                              profile, "--log-dir", str(tmp_path / "logs"), "-q",
+                              f"--server-arg={SECRET}"], env={"GOLDEN_API_KEY": SECRET})
+    assert "arg: " in error_line(res) and SECRET not in res.output

@@ -257,3 +257,54 @@ def test_openai_parser_refuses_a_5000_digit_token_id_as_malformed():
 
     with pytest.raises(MalformedResponse, match="token_id:N"):
         _text_id("token_id:" + "9" * 5000, "g0/b0/t0", "logprobs.tokens[0]", None)
+
+
+# --- issue 22: odd values that once became "unexpected ..." --------------------------------------
+
+
+def _token_id(value):
+    def tamper(n, ids, resp):
+        resp["output_ids"][0] = value
+        resp["meta_info"]["output_token_logprobs"][0][1] = value
+        return resp
+    return tamper
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 + 5, -(2**63) - 1], ids=["2^63", "2^64+5", "-2^63-1"])
+@pytest.mark.parametrize("state_vocab", [True, False], ids=["vocab", "no-vocab"])
+def test_a_token_id_past_int64_is_a_named_error(golden, value, state_vocab):
+    res, _ = replay(golden, StubConfig(state_vocab=state_vocab, tamper=_token_id(value)))
+    text = one_line_error(res)
+    assert "unexpected" not in text and "g0/b0/t0" in text
+
+
+@pytest.mark.parametrize("depth", [5000, 50_000])
+def test_a_deeply_nested_answer_is_a_named_error(golden, depth):
+    body = (b'{"text": "", "output_ids": [1], "meta_info": {"extra": ' + b"[" * depth
+            + b"]" * depth + b"}}")
+    res, _ = replay(golden, StubConfig(raw_bytes=body))
+    text = one_line_error(res)
+    assert "unexpected" not in text and "nest" in text
+
+
+def test_url_credentials_together_with_an_api_key_are_refused(golden):
+    res, stub = replay(golden, StubConfig(), "--api-key", SECRET, url="http://u:pw@127.0.0.1:9")
+    text = one_line_error(res)
+    assert "--api-key" in text and "credentials" in text and SECRET not in text
+
+
+def test_cached_tokens_past_int32_are_refused_when_the_answer_arrives(tmp_path):
+    out = tmp_path / "c.zarr"
+
+    def tamper(n, ids, resp):
+        resp["meta_info"]["cached_tokens"] = 2**31
+        return resp
+
+    config = StubConfig(radix=False, tamper=tamper)
+    with StubServer(config) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "deep",
+                                  "--out", str(out), "--concurrency", "1", "-q"])
+    text = one_line_error(res)
+    assert "cached_tokens" in text and "unexpected" not in text
+    assert stub.requests == 1  # refused at the first answer, not after the whole recording
+    assert not out.exists()

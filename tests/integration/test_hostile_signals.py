@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from replay.server.process_group import group_members
-from tests.data.fake_servers.helpers import FAKE_DIR
+from tests.data.fake_servers.helpers import FAKE_DIR, fake_profile
 from tests.support.goldens import record_single
 from tests.support import paths
 
@@ -86,6 +87,9 @@ def test_a_signalled_golden_leaves_no_server_no_scratch_and_no_stale_pass(golden
     finally:
         kill_leftovers(pgid)
     assert left == [], f"server processes outlived golden: {left}"
+    deadline = time.monotonic() + 5.0  # the watchdog removes it just after the group is gone
+    while list(logs.glob("*-scratch-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not list(logs.glob("*-scratch-*")), "the scratch directory outlived golden"
     if sig == signal.SIGKILL:
         assert proc.returncode == -signal.SIGKILL
@@ -107,3 +111,82 @@ def test_ctrl_c_while_a_server_starts_is_one_line_and_exit_2(golden, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert err.strip() == "error: interrupted (Ctrl-C)"
+
+
+def start_golden_after_site(*args: str) -> subprocess.Popen:
+    """`golden` as its console script starts it (`from golden_cli.entry import main`), with
+    `-X importtime`, returned once the interpreter has imported `site`: what runs before any code
+    of ours (a Ctrl-C there is the interpreter's own fatal error, docs/reliability.md)."""
+    script = "import sys; from golden_cli.entry import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", script, *args], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    site_done = threading.Event()
+
+    def drain() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.rstrip().endswith("| site"):
+                site_done.set()
+        site_done.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    assert site_done.wait(60), "the interpreter never imported site"
+    proc.lines = lines  # type: ignore[attr-defined]
+    return proc
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.05, 0.1, 0.2, 0.4])
+def test_ctrl_c_while_golden_itself_starts_is_one_line_and_exit_2(golden, delay):
+    """From our first line on (imports of typer and the commands, argument parsing, the start
+    of the command): the one line and exit 2, never exit 130 in silence nor a traceback."""
+    proc = start_golden_after_site("replay", str(golden), "--server", "http://127.0.0.1:9", "-q")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    time.sleep(0.2)  # the drain thread reads the last lines
+    err = [ln for ln in proc.lines if not ln.startswith("import time:")]
+    if proc.returncode == 2 and not any("interrupted" in ln for ln in err):
+        pytest.skip(f"golden had already finished after {delay} s: {''.join(err).strip()}")
+    assert proc.returncode == 2, "".join(err)
+    assert "".join(err).strip() == "error: interrupted (Ctrl-C)"
+
+
+# --- issue 22: a server whose helper leaves its process group (setsid, double fork) -------------
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def gone_within(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
+@pytest.mark.parametrize("how", ["golden ends", "golden is SIGKILLed"])
+def test_a_helper_that_left_the_servers_session_ends_with_golden(golden, tmp_path, how):
+    pid_file = tmp_path / "helper.pid"
+    slow = ("--slow",) if how == "golden is SIGKILLed" else ()
+    profile = fake_profile(tmp_path, "escapes_session.py", args=("--pid-file", str(pid_file),
+                                                                  *slow), warmup=False)
+    proc = start_golden("replay", str(golden), "--launch", profile, "--log-dir",
+                        str(tmp_path / "logs"), "-q")
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), proc, "the helper",
+             timeout=60) if slow else None
+    if slow:
+        proc.kill()
+    proc.communicate(timeout=120)
+    helper = int(pid_file.read_text())
+    try:
+        assert gone_within(helper, 20.0), f"the server's helper {helper} outlived golden"
+    finally:
+        if alive(helper):
+            os.kill(helper, signal.SIGKILL)

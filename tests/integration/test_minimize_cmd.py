@@ -103,7 +103,9 @@ def test_the_repro_is_a_valid_much_smaller_golden(minimized, golden):
     assert [r.id for r in sub.requests] == doc["result"]["request_ids"]
     assert doc["one_minimal"] and doc["verdict"] == "1-minimal"
     assert (doc["result"]["schedule"], doc["result"]["concurrency"]) == ("lockstep", 1)
-    assert sum(s["replays"] for s in doc["steps"]) + 1 == doc["replays"]  # + the first replay
+    # + the first replay and the final rerun of the result
+    assert sum(s["replays"] for s in doc["steps"]) + 2 == doc["replays"]
+    assert doc["reproduced"] and doc["rerun"]["fails"]
 
 
 def test_the_repro_is_one_minimal_against_the_faulty_server(minimized, golden, faulty):
@@ -136,7 +138,7 @@ def test_report_names_the_failure_and_saves_the_first_replay(golden, faulty, tmp
     runner.invoke(app, ["replay", str(golden), "--server", faulty, "--report", str(report), "-q"])
     res, doc = minimize(golden, tmp_path / "out", "--server", faulty, "--report", str(report))
     assert res.exit_code == 0, res.output
-    assert sum(s["replays"] for s in doc["steps"]) == doc["replays"]
+    assert sum(s["replays"] for s in doc["steps"]) + 1 == doc["replays"]  # + the final rerun
 
 
 def test_a_failure_class_the_start_does_not_show_is_refused(golden, faulty, tmp_path):
@@ -156,7 +158,7 @@ def test_budget_stops_early_and_says_the_result_may_not_be_minimal(golden, fault
     res, doc = minimize(golden, tmp_path / "out", "--server", faulty, "--budget", "3runs")
     assert res.exit_code == 0, res.output
     assert doc["budget_exhausted"] and not doc["one_minimal"]
-    assert doc["replays"] == 4  # the first replay, then 3 in the search
+    assert doc["replays"] == 5  # the first replay, 3 in the search, the final rerun
     assert verify_golden(tmp_path / "out" / "golden.zarr") == []
 
 

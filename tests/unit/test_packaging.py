@@ -21,4 +21,4 @@ def test_the_cli_installs_as_golden_cli_not_cli():
     project = tomllib.loads((paths.REPO / "pyproject.toml").read_text())
     assert project["tool"]["setuptools"]["package-dir"] == {"golden_cli": "cli"}
     assert "cli" not in _declared()
-    assert project["project"]["scripts"]["golden"] == "golden_cli.main:app"
+    assert project["project"]["scripts"]["golden"] == "golden_cli.entry:main"

@@ -134,6 +134,20 @@ def number(value: Any, request_id: str, where: str) -> float:
 
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32: a larger one would wrap
+MAX_COUNT = 2**31 - 1  # so are cached_tokens and the other counts of an answer
+
+
+def checked_counts(completion: Completion, request_id: str) -> Completion:
+    """The completion, once its counts fit a golden (int32): refused as the answer arrives,
+    not when the golden is written after the whole recording."""
+    counts = {"cached_tokens": completion.cached_tokens,
+              "prompt_tokens": completion.prompt_tokens,
+              "num_retractions": completion.num_retractions,
+              **{f"cached_tokens_details.{k}": v for k, v in completion.cached_details.items()}}
+    for name, value in counts.items():
+        if value is not None and value > MAX_COUNT:
+            raise malformed(request_id, f"{name} = {value} is past the count range [0, 2^31)")
+    return completion
 
 
 def token_id(value: Any, request_id: str, where: str, vocab_size: int | None) -> int:

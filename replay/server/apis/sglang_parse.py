@@ -26,7 +26,7 @@ the flat form and answers with nested lists):
 from __future__ import annotations
 
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import Any, Optional, TypeVar, Union
 
@@ -37,7 +37,7 @@ import pybase64  # SIMD base64: 30x the standard library's decoder (docs/benchma
 from replay.server.apis.base import Completion, malformed, number, token_id
 from replay.utils.bits import widen_float32
 from replay.utils.errors import MalformedResponse
-from replay.server.jsonio import decode
+from replay.server.jsonio import decode, too_deep
 
 _NUMBER_TYPES = {float, int}
 _INT32_LIMIT = 2**31
@@ -91,6 +91,8 @@ def parse_text(text: str | bytes, request_id: str, *, max_new_tokens: int, top_k
         answer = _DECODER.decode(text)
     except (msgspec.ValidationError, msgspec.DecodeError):
         answer = None
+    except RecursionError:
+        raise too_deep(f"request {request_id}") from None
     fast = _typed(answer, request_id, max_new_tokens, top_k, vocab_size) if answer else None
     if fast is not None:
         return fast
@@ -107,9 +109,9 @@ def _typed(answer: _Answer, request_id: str, n: int, k: int,
     if (len(ids_raw) != n or meta.finish_reason.type == "abort" or min(counts) < 0
             or len(meta.output_token_logprobs) != n):
         return None
-    output_ids = np.array(ids_raw, dtype=np.int64)
+    output_ids = _int64(ids_raw)
     limit = _INT32_LIMIT if vocab_size is None else vocab_size
-    if output_ids.size and (output_ids.min() < 0 or output_ids.max() >= limit):
+    if output_ids is None or output_ids.size and (output_ids.min() < 0 or output_ids.max() >= limit):
         return None
     if n:
         values, tokens, _ = zip(*meta.output_token_logprobs)
@@ -131,10 +133,10 @@ def _typed(answer: _Answer, request_id: str, n: int, k: int,
                 return None
             if n:  # types were checked while decoding
                 values, tokens, _ = zip(*chain.from_iterable(rows))
-                ids = np.array(tokens, dtype=np.int64).reshape(n, k)
-                if not _ids_ok(ids, vocab_size):
+                ids = _int64(tokens)
+                if ids is None or not _ids_ok(ids.reshape(n, k), vocab_size):
                     return None
-                top_ids = ids.astype(np.int32)
+                top_ids = ids.reshape(n, k).astype(np.int32)
                 top_lps = np.array(values, dtype=np.float64).reshape(n, k)
             else:
                 top_ids, top_lps = np.zeros((0, k), np.int32), np.zeros((0, k), np.float64)
@@ -266,9 +268,9 @@ def _one_line(text: Any, limit: int = 300) -> str:
 
 def _token_ids(values: list[Any], request_id: str, vocab_size: int | None) -> np.ndarray:
     if set(map(type, values)) <= {int}:
-        ids = np.array(values, dtype=np.int64)
+        ids = _int64(values)
         limit = _INT32_LIMIT if vocab_size is None else vocab_size
-        if not ids.size or (ids.min() >= 0 and ids.max() < limit):
+        if ids is not None and (not ids.size or (ids.min() >= 0 and ids.max() < limit)):
             return ids.astype(np.int32)
     return np.array([token_id(t, request_id, f"output_ids[{i}]", vocab_size)
                      for i, t in enumerate(values)], dtype=np.int32)
@@ -297,7 +299,8 @@ def _fast_token_logprobs(entries: list[Any], output_ids: np.ndarray) -> np.ndarr
     if columns is None:
         return None
     values, tokens = columns
-    if not np.array_equal(np.array(tokens, dtype=np.int64), output_ids):
+    ids = _int64(tokens)
+    if ids is None or not np.array_equal(ids, output_ids):
         return None
     return np.array(values, dtype=np.float64)
 
@@ -344,10 +347,10 @@ def _fast_nested_top(
     if columns is None:
         return None
     values, tokens = columns
-    ids = np.array(tokens, dtype=np.int64).reshape(n, k)
-    if not _ids_ok(ids, vocab_size):
+    ids = _int64(tokens)
+    if ids is None or not _ids_ok(ids.reshape(n, k), vocab_size):
         return None
-    return ids.astype(np.int32), np.array(values, dtype=np.float64).reshape(n, k)
+    return ids.reshape(n, k).astype(np.int32), np.array(values, dtype=np.float64).reshape(n, k)
 
 
 def _ids_ok(ids: np.ndarray, vocab_size: int | None) -> bool:
@@ -457,7 +460,21 @@ def _json_array(meta: dict[str, Any], key: str, request_id: str, *, numbers: boo
     if not set(map(type, values)) <= allowed:
         bad = next(v for v in values if type(v) not in allowed)
         raise malformed(request_id, f"{key} holds {bad!r}, not a {'number' if numbers else 'token id'}")
-    return np.array(values, dtype=np.float64 if numbers else np.int64)
+    if numbers:
+        return np.array(values, dtype=np.float64)
+    ids = _int64(values)
+    if ids is None:
+        raise malformed(request_id, f"{key} holds a token id outside the int64 range")
+    return ids
+
+
+def _int64(values: Sequence[int]) -> np.ndarray | None:
+    """Python ints as an int64 array; None when one is outside int64 (the caller's slow path
+    then names it: a token id >= 2^63 is a malformed answer, never an OverflowError)."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
 
 
 def _name_bad_id(ids: np.ndarray, request_id: str, vocab_size: int | None, prefix: int) -> None:

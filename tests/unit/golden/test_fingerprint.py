@@ -65,3 +65,4 @@ def test_replay_accepts_the_recorded_hub_model_under_a_local_path(tmp_path):
         with StubServer(StubConfig(model_path=path)) as stub:
             res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--quiet"])
         assert res.exit_code == code, (path, res.output)
+

@@ -120,11 +120,39 @@ def test_a_failure_that_needs_cache_pressure_keeps_just_enough_conversations():
     assert_one_minimal(result, predicate)
 
 
-def test_every_candidate_is_ancestor_closed_and_judged_once():
+def test_every_candidate_is_ancestor_closed_and_judged_once_then_the_result_once_more():
     result, judge = minimize(lambda ids, c: "g2/b1/t2" in ids and len(ids) > 5)
     for cand in judge.seen:
         assert cand.keep and set(with_ancestors(NODES, cand.keep)) == set(cand.keep)
-    assert len(judge.seen) == len(set(judge.seen)) == result.replays
+    search, rerun = judge.seen[:-1], judge.seen[-1]
+    assert len(search) == len(set(search)) == result.replays - 1
+    assert rerun == result.final and result.reproduced
+
+
+def test_a_failure_that_vanishes_during_the_search_is_not_reproduced_nor_minimal():
+    judged = []
+
+    def predicate(ids, c):  # fails for the first five replays only, whatever they keep
+        judged.append(c)
+        return len(judged) <= 5
+
+    result, judge = minimize(predicate)
+    assert judge.seen[-1] == result.final and not result.reproduced
+    assert not result.one_minimal and result.verdict == "not reproduced"
+
+
+def test_a_result_that_fails_in_fewer_repeats_on_its_rerun_is_flaky():
+    seen: set[Candidate] = set()
+
+    def failed_repeats(c: Candidate) -> int:  # every repeat the first time, one on a rerun
+        again = c in seen
+        seen.add(c)
+        return 1 if again else c.repeat
+
+    result, _ = minimize(lambda ids, c: "g0/b0/t0" in ids and c.repeat == 3,
+                         Candidate(START.keep, "lockstep", 1, 3), failed_repeats=failed_repeats)
+    assert result.judgement.failed_repeats == 3 and result.rerun.failed_repeats == 1
+    assert result.reproduced and result.flaky
 
 
 def test_trailing_turns_go_when_the_failure_is_in_an_early_turn():
@@ -174,7 +202,7 @@ def test_a_run_budget_stops_the_search_with_the_best_failing_replay_so_far():
         return "g0/b0/t1" in ids
 
     result, judge = minimize(predicate, budget=Budget(runs=4))
-    assert result.replays == len(judge.seen) == 4
+    assert result.replays == len(judge.seen) == 5  # 4, and the rerun of the result
     assert result.budget_exhausted and not result.one_minimal
     assert predicate(ids_of(result.final), result.final)
     assert len(result.final.keep) < len(NODES)
@@ -240,4 +268,4 @@ def test_an_unknown_failure_class_is_a_usage_error():
 
 def test_the_start_is_rerun_whatever_the_budget():
     result, judge = minimize(lambda ids, c: "g0/b0/t1" in ids, budget=Budget(seconds=1e-9))
-    assert judge.seen == [START] and result.final == START and result.budget_exhausted
+    assert judge.seen == [START, START] and result.final == START and result.budget_exhausted

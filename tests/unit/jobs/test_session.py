@@ -139,3 +139,5 @@ def test_no_radix_cache_warning_from_a_server_that_does_not_say():
 
     assert session.reference_warnings({"served_models": ["m"]}, get_api("openai", reference=True)) == []
     assert session.reference_warnings({}, get_api("sglang")) == []
+
+

@@ -120,7 +120,8 @@ def test_cli_shows_the_diff_and_exit_codes(goldens, tmp_path):
     assert "g0/b0/t0 (repeat 0): logprob_drift" in dry.output
     assert "unchanged: " in dry.output
     assert "2 golden(s): 1 would change, 1 unchanged, 0 error(s)" in dry.output
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["a.zarr.json", "b.zarr.json"]
+    reports = sorted(str(p.relative_to(tmp_path / "r")) for p in (tmp_path / "r").rglob("*.json"))
+    assert reports == ["a.zarr.json", "nested/b.zarr.json"]
     assert real.exit_code == 0, real.output
     assert f"changed (replacing it): {a}" in real.output
     assert "2 golden(s): 1 changed and replaced, 1 unchanged, 0 error(s)" in real.output
@@ -158,3 +159,17 @@ def test_unreachable_server_is_an_error_before_any_golden_is_touched(goldens):
     result = runner.invoke(update_app(), ["update", str(d), "--server", "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "cannot connect" in result.output
     assert snapshot(d) == before
+
+
+def test_report_dir_keeps_goldens_of_the_same_name_in_different_directories_apart(tmp_path):
+    d = tmp_path / "goldens"
+    h200 = record_golden(d / "h200" / "qwen.zarr")
+    b200 = record_golden(d / "b200" / "qwen.zarr", spec=replace(SMALL, seed=4))
+    with StubServer(StubConfig(radix=False, tamper=drift_on(h200))) as stub:
+        res = runner.invoke(update_app(), ["update", str(d), "--server", stub.url, "--dry-run",
+                                           "--report-dir", str(tmp_path / "r")])
+    assert res.exit_code == 1, res.output
+    h200_report = (tmp_path / "r" / "h200" / "qwen.zarr.json").read_text()
+    b200_report = (tmp_path / "r" / "b200" / "qwen.zarr.json").read_text()
+    assert str(h200) in h200_report and '"verdict": "fail"' in h200_report
+    assert str(b200) in b200_report and '"verdict": "pass"' in b200_report

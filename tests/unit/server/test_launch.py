@@ -63,6 +63,20 @@ EXPECTED_SGLANG_ARGV = {
         "--hicache-write-policy", "write_through", "--enable-deterministic-inference"],
 }
 NPU = ["sglang-npu-reference", "sglang-npu-hicache"]
+# SGLang's real server on a CPU (docs/sglang-cpu.md): the launcher module, the same numerics pins.
+CPU_PIN = [PY, "-m", "replay.sglang_cpu", "--model-path", "/models/M", "--host", "127.0.0.1",
+           "--port", "30000", "--device", "cpu", "--attention-backend", "torch_native",
+           "--sampling-backend", "pytorch", "--disable-cuda-graph", "--skip-tokenizer-init",
+           "--random-seed", "0", "--page-size", "128", "--chunked-prefill-size", "2048"]
+EXPECTED_CPU_ARGV = {
+    "sglang-cpu-reference": CPU_PIN + ["--max-total-tokens", "16384", "--disable-radix-cache",
+                                       "--disable-overlap-schedule"],
+    "sglang-cpu-radix": CPU_PIN + ["--max-total-tokens", "4096"],
+    "sglang-cpu-hicache": CPU_PIN + [
+        "--max-total-tokens", "4096", "--enable-hierarchical-cache", "--hicache-ratio", "4",
+        "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
+        "--hicache-mem-layout", "page_first_direct"],
+}
 EMBEDDED = ["reference", "radix", "hicache", "hicache-write-back", "hicache-layer-first",
             "hicache-storage"]
 
@@ -84,8 +98,17 @@ def render_builtin(name: str, **kw):
 def test_every_builtin_profile_is_listed():
     llamacpp = {"llamacpp-reference", "llamacpp-cached"}
     assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp | set(VLLM)
+                                            | set(EXPECTED_CPU_ARGV)
                                             | {f"embedded-{p}" for p in EMBEDDED}
                                             | {f"embedded-sglang-{p}" for p in EMBEDDED})
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CPU_ARGV))
+def test_sglang_cpu_profile_renders_the_launcher_with_the_pinned_numerics(name):
+    rendered = render_builtin(name, model="/models/M")
+    assert rendered.argv == EXPECTED_CPU_ARGV[name]
+    assert rendered.cwd == str(paths.REPO)  # python -m replay.sglang_cpu from the checkout
+    assert rendered.env == {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SGLANG_ARGV))

@@ -1,0 +1,253 @@
+"""The history store: add runs (each report in one transaction, all or nothing), list them,
+and read one golden's runs and outcomes for the queries (replay/history/queries.py).
+
+    with HistoryStore.open("history.sqlite") as store:
+        store.add(records(doc))
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from replay.history.database import HistoryError, first_line, open_engine, safe_url, writer
+from replay.history.ingest import RunRecord
+from replay.history.schema import NONE, hit_tallies, outcomes, request_tallies, runs
+
+HEX = re.compile(r"^[0-9a-fA-F]+$")
+RUN_COLUMNS = ("id", "golden_key", "golden_name", "verdict", "error", "run_at", "server",
+               "server_version", "api", "model", "flags_sha256", "numerics_sha256", "policy",
+               "shard", "merged", "requests", "requests_failed", "repeats", "tokens_compared")
+
+
+@dataclass(frozen=True)
+class Added:
+    """What one `add` did: new runs, and reports the history already held."""
+
+    added: int
+    duplicates: int
+
+
+@dataclass(frozen=True)
+class GoldenSelector:
+    """Which golden `show` and `page` mean: a content-digest prefix, or the name reports give
+    it (its path, or only the last part of the path), or a golden directory's own digest."""
+
+    text: str
+    digest: str | None = None  # from a golden directory that was given
+    exact: bool = False  # only the runs keyed by `digest` (the page's one section per golden)
+
+    def where(self) -> Any:
+        """The SQL condition on `runs` that picks this golden's runs."""
+        from sqlalchemy import false, or_
+
+        t = self.text.strip().rstrip("/")
+        base = t.rsplit("/", 1)[-1]
+        keys, conds = runs.c.golden_key, []
+        if self.digest:
+            conds.append(keys == self.digest)
+        if not self.exact:
+            if len(t) >= 8 and HEX.match(t):
+                conds += [keys.startswith(p + t.lower(), autoescape=True)
+                          for p in ("", "meta:", "name:")]
+            if base:
+                names = runs.c.golden_name
+                conds += [names == t, names == base,
+                          names.endswith("/" + base, autoescape=True)]
+        return or_(*conds) if conds else false()
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class HistoryStore:
+    def __init__(self, engine: Any, where: str) -> None:
+        self.engine = engine
+        self.where = safe_url(where)
+
+    @classmethod
+    def open(cls, where: str) -> "HistoryStore":
+        return cls(open_engine(where), where)
+
+    def __enter__(self) -> "HistoryStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def add(self, batch: Sequence[RunRecord]) -> Added:
+        """Add every run in one transaction: all of them or (on any failure) none. A run whose
+        report the history holds already is skipped (also when another process adds the same
+        report at the same moment). The tallies are updated in the same transaction, in one
+        fixed key order, so that concurrent writers never deadlock on them."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        new: list[RunRecord] = []
+        try:
+            with writer(self.engine).begin() as conn:
+                new = [record for record in batch if self._insert(conn, record)]
+                upsert_tallies(conn, new)
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history {self.where}: nothing added: {first_line(exc)}") from None
+        return Added(added=len(new), duplicates=len(batch) - len(new))
+
+    def _insert(self, conn: Any, record: RunRecord) -> bool:
+        row = {k: v for k, v in vars(record).items() if k != "outcomes"}  # not asdict: slow
+        row["added_at"] = now_utc()
+        row["run_at"] = record.run_at or row["added_at"]
+        insert = _dialect_insert(conn)(runs).values(**row)
+        insert = insert.on_conflict_do_nothing(index_elements=["report_sha256"])
+        run_id = conn.execute(insert.returning(runs.c.id)).scalar()
+        if run_id is None:
+            return False  # the same report is here already
+        if record.outcomes:
+            same = {"run_id": run_id, "golden_key": record.golden_key, "run_at": row["run_at"]}
+            conn.execute(outcomes.insert(), [{**same, **vars(o)} for o in record.outcomes])
+        return True
+
+    def prune(self, before: datetime) -> int:
+        """Delete the runs from before `before` (UTC) with their outcomes, and recount the
+        tallies of the goldens they belonged to; the number of runs deleted."""
+        from sqlalchemy import delete, select
+        from sqlalchemy.exc import SQLAlchemyError
+
+        old = runs.c.run_at < before
+        try:
+            with writer(self.engine).begin() as conn:
+                keys = sorted(conn.execute(select(runs.c.golden_key).where(old).distinct())
+                              .scalars())
+                conn.execute(delete(outcomes).where(
+                    outcomes.c.run_id.in_(select(runs.c.id).where(old))))
+                deleted = conn.execute(delete(runs).where(old)).rowcount
+                recount_tallies(conn, keys)
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history {self.where}: nothing deleted: {first_line(exc)}") from None
+        return int(deleted)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def list_runs(self, *, limit: int | None = None,
+                  golden: GoldenSelector | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first (as dicts of RUN_COLUMNS)."""
+        from sqlalchemy import select
+
+        query = select(*(runs.c[name] for name in RUN_COLUMNS)).order_by(
+            runs.c.run_at.desc(), runs.c.id.desc())
+        if golden is not None:
+            query = query.where(golden.where())
+        if limit is not None:
+            query = query.limit(limit)
+        return self.rows(query)
+
+    def golden_keys(self, golden: GoldenSelector) -> list[str]:
+        """The golden keys (content digests) of the runs the selector picks: a golden is its
+        content, a name finds the digests the runs of that name had."""
+        from sqlalchemy import select
+
+        return sorted(r["golden_key"] for r in self.rows(
+            select(runs.c.golden_key).where(golden.where()).distinct()))
+
+    def golden_runs(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The runs of these golden keys, oldest first."""
+        from sqlalchemy import select
+
+        return self.rows(select(*(runs.c[name] for name in RUN_COLUMNS))
+                         .where(runs.c.golden_key.in_(list(keys)))
+                         .order_by(runs.c.run_at, runs.c.id))
+
+    def outcomes_of(self, run_id: int) -> list[dict[str, Any]]:
+        """The outcomes of one run, in report order."""
+        from sqlalchemy import select
+
+        return self.rows(select(outcomes).where(outcomes.c.run_id == run_id)
+                         .order_by(outcomes.c.position))
+
+    def rows(self, query: Any) -> list[dict[str, Any]]:
+        """The rows of a query, as dicts."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.connect() as conn:
+                return [dict(r) for r in conn.execute(query).mappings()]
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"history {self.where}: {first_line(exc)}") from None
+
+    def counts(self) -> tuple[int, int]:
+        """(runs, outcomes) held."""
+        from sqlalchemy import func, select
+
+        with self.engine.connect() as conn:
+            return (int(conn.execute(select(func.count()).select_from(runs)).scalar_one()),
+                    int(conn.execute(select(func.count()).select_from(outcomes)).scalar_one()))
+
+def upsert_tallies(conn: Any, added: Sequence[RunRecord]) -> None:
+    """Add the runs' outcomes to the running tallies (schema.py)."""
+    requests: Counter[tuple[Any, ...]] = Counter()
+    passes: Counter[tuple[Any, ...]] = Counter()
+    hits: Counter[tuple[Any, ...]] = Counter()
+    for run in added:
+        for o in run.outcomes:
+            key = (run.golden_key, o.request_id, run.server_version, run.flags_sha256, o.status,
+                   NONE if o.divergence_position is None else o.divergence_position)
+            requests[key] += 1
+            passes[key] += int(o.passed)
+            hits[(run.golden_key, run.server_version,
+                  NONE if o.cached_tokens is None else o.cached_tokens, o.tiers or "")] += 1
+    insert = _dialect_insert(conn)
+    for table, tally, columns in (
+            (request_tallies, requests, ("golden_key", "request_id", "server_version",
+                                         "flags_sha256", "status", "divergence_position")),
+            (hit_tallies, hits, ("golden_key", "server_version", "cached_tokens", "tiers"))):
+        if not tally:
+            continue
+        rows = [{**dict(zip(columns, key)), "n": n,
+                 **({"passes": passes[key]} if table is request_tallies else {})}
+                for key, n in sorted(tally.items())]  # one lock order for every writer
+        stmt = insert(table)
+        sums = {"n": table.c.n + stmt.excluded.n}
+        if table is request_tallies:
+            sums["passes"] = table.c.passes + stmt.excluded.passes
+        conn.execute(stmt.on_conflict_do_update(index_elements=list(columns), set_=sums), rows)
+
+
+def recount_tallies(conn: Any, keys: Sequence[str]) -> None:
+    """The tallies of these goldens counted again from their outcomes."""
+    from sqlalchemy import case, delete, func, select
+
+    keys = list(keys)
+    if not keys:
+        return
+    for table in (request_tallies, hit_tallies):
+        conn.execute(delete(table).where(table.c.golden_key.in_(keys)))
+    joined = outcomes.join(runs, runs.c.id == outcomes.c.run_id)
+    mine = outcomes.c.golden_key.in_(keys)
+    group = (outcomes.c.golden_key, outcomes.c.request_id, runs.c.server_version,
+             runs.c.flags_sha256, outcomes.c.status,
+             func.coalesce(outcomes.c.divergence_position, NONE))
+    conn.execute(request_tallies.insert().from_select(
+        [c.name for c in request_tallies.c],
+        select(*group, func.count(), func.sum(case((outcomes.c.passed, 1), else_=0)))
+        .select_from(joined).where(mine).group_by(*group)))
+    group = (outcomes.c.golden_key, runs.c.server_version,
+             func.coalesce(outcomes.c.cached_tokens, NONE), func.coalesce(outcomes.c.tiers, ""))
+    conn.execute(hit_tallies.insert().from_select(
+        [c.name for c in hit_tallies.c],
+        select(*group, func.count()).select_from(joined).where(mine).group_by(*group)))
+
+
+def _dialect_insert(conn: Any) -> Any:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert

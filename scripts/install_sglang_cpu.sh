@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Install SGLang 0.5.23's REAL server (HTTP server, Scheduler, ModelRunner, radix cache, HiCache)
+# for a CPU, for the sglang-cpu-* launch profiles and tests/e2e/sglang_cpu/ (docs/sglang-cpu.md):
+# sglang with --no-deps plus its runtime packages, on the CPU torch already installed (2.13.0+cpu,
+# pinned as a constraint: an unpinned torch would pull the multi-GB CUDA build SGLang pins), and
+# sgl-kernel's CPU extension built from source with torch.utils.cpp_extension: only the kvcache
+# ops a Llama reaches (scripts/sglang_cpu/build_kernel.py), from the vendored source
+# (vendor/, Apache-2.0; no wheel or sdist exists) unless told otherwise.
+#
+# Where: ${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/sglang-cpu-venv}, a venv of its own made
+# with --system-site-packages (it shares the system's torch); the built kernel is cached in
+# ${GOLDEN_SGL_KERNEL_CACHE:-~/.cache/golden-replay/sgl-kernel-cpu}, keyed by its sources, flags,
+# torch and Python, so a second venv (or a second run) builds nothing.
+# Your own SGLang: GOLDEN_SGLANG_SRC=/path/to/sglang (a checkout: installs python/ editable and
+# builds the kernel from python/sglang/kernels/aot); GOLDEN_SGL_KERNEL_SRC=DIR overrides only the
+# kernel source (the folder holding csrc/cpu and include); GOLDEN_SGL_KERNEL_TARBALL=FILE another
+# tarball of the vendored layout.
+#
+# Safe to run again: a second run compares its stamp and exits at once. `--python` prints the
+# venv's interpreter. The tool itself never needs any of this. Needs gcc and libnuma-dev.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+PY="${PYTHON:-python3}"
+VENV="${GOLDEN_SGLANG_CPU_VENV:-$HOME/.cache/golden-replay/sglang-cpu-venv}"
+VPY="$VENV/bin/python"
+KERNEL_CACHE="${GOLDEN_SGL_KERNEL_CACHE:-$HOME/.cache/golden-replay/sgl-kernel-cpu}"
+TARBALL="${GOLDEN_SGL_KERNEL_TARBALL:-$(pwd)/vendor/sgl-kernel-cpu-src-44806dc50.tar.gz}"
+TARBALL_PREFIX="python/sglang/kernels/aot"
+
+# The front end's packages (scripts/install_sglang.sh), plus ninja for the kernel build and what
+# the scheduler side imports (metrics, hashing, grammar backends).
+PACKAGES=(
+    "transformers==5.19.0" "compressed-tensors==0.18.0" "xgrammar==0.2.7" "openai==2.8.0"
+    "apache-tvm-ffi==0.1.11" "soundfile==0.13.1" "fastapi" "uvicorn" "uvloop" "python-multipart"
+    "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
+    "partial-json-parser" "ninja" "prometheus-client" "orjson" "xxhash" "interegular"
+    "llguidance>=1.7.6,<2" "zstandard"
+)
+if [ -n "${GOLDEN_SGLANG_SRC:-}" ]; then
+    SGLANG=(-e "$GOLDEN_SGLANG_SRC/python")
+    KERNEL_SRC="${GOLDEN_SGL_KERNEL_SRC:-$GOLDEN_SGLANG_SRC/python/sglang/kernels/aot}"
+else
+    SGLANG=("sglang==0.5.23")
+    KERNEL_SRC="${GOLDEN_SGL_KERNEL_SRC:-}"
+fi
+STAMP="$VENV/.golden-sglang-cpu-installed"
+if [ "${1:-}" = "--python" ]; then  # where the interpreter is
+    echo "$VPY"
+    exit 0
+fi
+
+TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null)" || {
+    echo "install_sglang_cpu: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
+# What the stamp covers: every input of the environment, the kernel's sources included.
+KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
+WANT="${SGLANG[*]} ${PACKAGES[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1"
+if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+    echo "install_sglang_cpu: already installed in $VENV ($(( $(date +%s) - START )) s)"
+    exit 0
+fi
+
+"$PY" -m venv --system-site-packages "$VENV"
+CONSTRAINTS="$VENV/golden-constraints.txt"
+echo "torch==$TORCH" > "$CONSTRAINTS"  # pip must never replace the CPU torch
+"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
+"$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
+SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+rm -rf "$SITE/torchvision"
+cp -r scripts/sglang_stubs/torchvision "$SITE/torchvision"
+
+# The kernel: sources from the tarball unless a directory was given; built once per inputs.
+if [ -z "$KERNEL_SRC" ]; then
+    [ -f "$TARBALL" ] || { echo "install_sglang_cpu: no kernel source: $TARBALL is missing (set GOLDEN_SGL_KERNEL_SRC)" >&2; exit 2; }
+    UNPACKED="$KERNEL_CACHE/src-$KERNEL_ID"
+    if [ ! -d "$UNPACKED/$TARBALL_PREFIX" ]; then
+        rm -rf "$UNPACKED.partial" && mkdir -p "$UNPACKED.partial"
+        tar xzf "$TARBALL" -C "$UNPACKED.partial"
+        rm -rf "$UNPACKED" && mv "$UNPACKED.partial" "$UNPACKED"
+    fi
+    KERNEL_SRC="$UNPACKED/$TARBALL_PREFIX"
+fi
+SO="$(nice "$VPY" scripts/sglang_cpu/build_kernel.py "$KERNEL_SRC" "$KERNEL_CACHE" | tail -1)"
+# sgl_kernel's Python package from the same source, with the built library beside it (its loader
+# falls back to sgl_kernel/common_ops.* when no GPU-architecture folder matches).
+rm -rf "$SITE/sgl_kernel"
+cp -r "$KERNEL_SRC/python/sgl_kernel" "$SITE/sgl_kernel"
+cp "$SO" "$SITE/sgl_kernel/common_ops.so"
+
+# The check that matters: the scheduler side imports on the CPU torch, the kernel ops registered.
+SGLANG_USE_CPU_ENGINE=1 "$VPY" - "$TORCH" <<'PY'
+import sys, warnings
+warnings.simplefilter("ignore")
+import torch
+import sgl_kernel  # noqa: F401
+import sglang.srt.entrypoints.http_server  # noqa: F401
+from sglang.srt.managers import scheduler  # noqa: F401
+from sglang.srt.mem_cache.pool_host import mha  # noqa: F401
+assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
+for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
+    getattr(torch.ops.sgl_kernel, op)
+PY
+echo "$WANT" > "$STAMP"
+echo "install_sglang_cpu: installed ${SGLANG[*]} in $VENV ($(du -sh "$VENV" | cut -f1), $(( $(date +%s) - START )) s)"

@@ -1,0 +1,80 @@
+"""Build sgl-kernel's CPU extension (only the ops SGLang reaches for the tested models) with
+torch.utils.cpp_extension, into a cache directory keyed by everything that goes into the build.
+
+    python build_kernel.py SOURCE_DIR CACHE_DIR   # prints the path of the built common_ops .so
+
+SOURCE_DIR is sgl-kernel's source root (the one holding csrc/cpu and include: the vendored
+tarball's python/sglang/kernels/aot, or the same folder of a SGLang checkout). A second run with
+the same inputs finds the cached .so and builds nothing. Run by scripts/install_sglang_cpu.sh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REGISTRATION = HERE / "kvcache_ops.cpp"
+# The kernels a 2-layer Llama reaches on a CPU without AMX (real-engines.md, SGLang section).
+KERNELS = ("csrc/cpu/kvcache.cpp",)
+# The upstream CMakeLists' x86-64 flags, less the AMX ones (this project's CPUs have none).
+CFLAGS = ("-O3", "-Wno-unknown-pragmas", "-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni",
+          "-fopenmp", "-std=c++17")
+LDFLAGS = ("-fopenmp", "-lnuma")
+
+
+def build_key(source: Path) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    for path in (REGISTRATION, *(source / k for k in KERNELS)):
+        digest.update(path.read_bytes())
+    for header in sorted((source / "csrc" / "cpu").glob("*.h")):
+        digest.update(header.read_bytes())
+    digest.update(" ".join((*CFLAGS, *LDFLAGS, torch.__version__, sys.version)).encode())
+    return digest.hexdigest()[:16]
+
+
+def build(source: Path, cache: Path) -> Path:
+    from torch.utils import cpp_extension
+
+    out = cache / build_key(source)
+    built = out / "common_ops.so"
+    if built.is_file():
+        return built
+    work = out.with_name(out.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    cpp_extension.load(
+        name="common_ops",
+        sources=[str(REGISTRATION), *(str(source / k) for k in KERNELS)],
+        extra_cflags=list(CFLAGS),
+        extra_ldflags=list(LDFLAGS),
+        extra_include_paths=[str(source / "csrc" / "cpu"), str(source / "include")],
+        build_directory=str(work),
+        verbose=True,
+    )
+    (work / "common_ops.so").rename(work / "common_ops.so.done")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (work / "common_ops.so.done").rename(built)
+    shutil.rmtree(work, ignore_errors=True)
+    return built
+
+
+def main() -> None:
+    if len(sys.argv) != 3:
+        sys.exit("usage: build_kernel.py SOURCE_DIR CACHE_DIR")
+    source, cache = Path(sys.argv[1]), Path(sys.argv[2])
+    missing = [k for k in KERNELS if not (source / k).is_file()]
+    if missing:
+        sys.exit(f"build_kernel: {source} is not sgl-kernel's source root (missing {missing[0]})")
+    print(build(source, cache))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""End to end on SGLang 0.5.23's REAL server on a CPU: its HTTP server, Scheduler, ModelRunner,
+radix cache and HiCache (host pool, write-through, eviction to host, load back), started by the
+sglang-cpu-* launch profiles (`python -m replay.sglang_cpu`, docs/sglang-cpu.md) with a tiny
+random-weight Llama (bf16, seed 0). What is asserted is what was found (docs/findings.md, "SGLang's
+real server on a CPU"):
+
+- prompt-only reuse (cpu-prompt-reuse: 8 groups x 4 branches, a 576-token prefix each, interleaved
+  so that 8 prefixes outgrow the 4,096-token device pool) replays bit for bit, with hits served
+  from the host tier, in both repeats; the flush between repeats really empties the cache;
+- multi-turn reuse (cpu-branching): every follow-up turn's hit covers KV that its parent's decode
+  steps wrote, and those follow-ups, and only those, diverge; the radix-only server gives the very
+  same values, so it is not HiCache's: torch's CPU SDPA computes a decode row with other bits than
+  the same row of a causal prefill.
+
+Servers run one after another (never two at once: 2 cores), each shared by the whole module.
+Needs `bash scripts/install_sglang_cpu.sh` (scripts/test.sh runs it); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from golden_cli.main import app
+from replay.server.launch import launched, load_profile
+from replay.sglang_cpu.locate import default_venv, install_hint
+from replay.sglang_cpu.patches import LOG_PREFIX
+from replay.sglang_cpu.tiny_model import write_tiny_llama
+
+STAMP = default_venv() / ".golden-sglang-cpu-installed"
+pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
+
+ORDER = ("--concurrency", "1", "--schedule", "interleave")
+runner = CliRunner()
+
+
+@dataclass
+class Replayed:
+    code: int
+    doc: dict[str, Any]
+    output: str
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sglang-cpu")
+
+
+@pytest.fixture(scope="module")
+def model(work) -> str:
+    return str(write_tiny_llama(work / "tiny-llama-bf16", seed=0))
+
+
+@pytest.fixture(scope="module")
+def goldens(work, model) -> dict[str, Path]:
+    """Both scenarios recorded on one reference server (radix cache off)."""
+    out = {}
+    with launched(load_profile("sglang-cpu-reference"), model=model,
+                  log_path=work / "logs" / "reference.log") as url:
+        for scenario in ("cpu-prompt-reuse", "cpu-branching"):
+            out[scenario] = work / f"{scenario}.zarr"
+            res = runner.invoke(app, ["record", "--server", url, "--scenario", scenario,
+                                      "--out", str(out[scenario]), *ORDER, "--quiet"])
+            assert res.exit_code == 0, res.output
+    return out
+
+
+def replay(url: str, golden: Path, report: Path, *extra: str) -> Replayed:
+    res = runner.invoke(app, ["replay", str(golden), "--server", url, "--report", str(report),
+                              *ORDER, "--quiet", *extra])
+    return Replayed(res.exit_code, json.loads(report.read_text()), res.output)
+
+
+@pytest.fixture(scope="module")
+def hicache(work, model, goldens) -> dict[str, Any]:
+    log = work / "logs" / "hicache.log"
+    with launched(load_profile("sglang-cpu-hicache"), model=model, log_path=log) as url:
+        prompt = replay(url, goldens["cpu-prompt-reuse"], work / "hicache-prompt.json",
+                        "--repeat", "2", "--require-tier", "host")
+        branching = replay(url, goldens["cpu-branching"], work / "hicache-branching.json")
+    return {"prompt": prompt, "branching": branching, "log": log.read_text()}
+
+
+@pytest.fixture(scope="module")
+def radix(work, model, goldens) -> Replayed:
+    with launched(load_profile("sglang-cpu-radix"), model=model,
+                  log_path=work / "logs" / "radix.log") as url:
+        return replay(url, goldens["cpu-branching"], work / "radix-branching.json")
+
+
+def requests(doc: dict[str, Any], repeat: int | None = None) -> list[dict[str, Any]]:
+    return [r for r in doc["requests"] if repeat is None or r["repeat"] == repeat]
+
+
+def turn(request: dict[str, Any]) -> int:
+    return int(request["id"].rsplit("/t", 1)[1])
+
+
+# --- prompt-only reuse through the host tier -------------------------------------------------
+
+def test_prompt_only_reuse_replays_bit_for_bit_with_host_tier_hits(hicache):
+    r = hicache["prompt"]
+    assert r.code == 0, r.output
+    assert r.doc["verdict"] == "pass"
+    assert {q["status"] for q in requests(r.doc)} == {"identical"}
+    assert r.doc["summary"]["cached_tokens_by_tier"]["host"] > 0
+
+
+def test_every_repeat_starts_from_a_flushed_cache(hicache):
+    """The first branch of each group finds nothing cached in either repeat: `/flush_cache`
+    emptied the device pool and the host tier in between."""
+    doc = hicache["prompt"].doc
+    for repeat in (0, 1):
+        firsts = [q["cached_tokens"] for q in requests(doc, repeat) if "/b0/" in q["id"]]
+        assert firsts == [0] * 8
+
+
+def test_both_repeats_get_the_same_hits_from_the_same_tiers(hicache):
+    doc = hicache["prompt"].doc
+    hits = [[(q["id"], q["cached_tokens"], q["cached_tokens_details"]) for q in requests(doc, rep)]
+            for rep in (0, 1)]
+    assert hits[0] == hits[1]
+
+
+def test_cached_tokens_details_come_from_the_real_scheduler(hicache):
+    """SGLang's own `meta_info.cached_tokens_details`: per tier, summing to `cached_tokens`."""
+    shared = [q for q in requests(hicache["prompt"].doc) if q["cached_tokens"] > 0]
+    assert shared
+    for q in shared:
+        assert set(q["cached_tokens_details"]) <= {"device", "host", "storage"}
+        assert sum(q["cached_tokens_details"].values()) == q["cached_tokens"]
+
+
+def test_every_cpu_patch_logs_itself_in_the_server_log(hicache):
+    lines = [ln for ln in hicache["log"].splitlines() if ln.startswith(LOG_PREFIX)]
+    assert any("ALLOC_MEMORY_FUNCS['cpu']" in ln for ln in lines)
+    for op in ("transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf",
+               "transfer_kv_all_layer_direct_lf_pf"):
+        assert any(f"pool_host.mha.{op} =" in ln for ln in lines), op
+
+
+# --- multi-turn reuse: decode-written KV -----------------------------------------------------
+
+def test_multi_turn_hits_fail_exactly_where_they_include_decode_written_kv(hicache):
+    r = hicache["branching"]
+    assert r.code == 1 and r.doc["verdict"] == "fail"
+    reqs = requests(r.doc)
+    assert {q["status"] for q in reqs if turn(q) == 0} == {"identical"}
+    follow_ups = [q for q in reqs if turn(q) == 1]
+    assert [q["cached_tokens"] for q in follow_ups] == [640] * 4  # 576 prompt + 64 decoded
+    assert all(q["status"] != "identical" for q in follow_ups)
+    # seen: first differences at output positions 0-3, in the logprob, tokens still equal there
+    assert all(q["first_divergence"]["position"] <= 3 for q in follow_ups)
+    assert r.doc["summary"]["cache_hit_lengths"] == {"0": 2, "512": 2, "640": 4}
+    assert r.doc["summary"]["requests_failed"] == 4 and r.doc["summary"]["cache_misses"] == 0
+
+
+def test_the_radix_only_server_shows_the_same_values_so_it_is_not_hicache(hicache, radix):
+    def divergences(doc: dict[str, Any]) -> dict[str, Any]:
+        return {q["id"]: (q["status"], q["cached_tokens"], q["max_ulp"],
+                          (q.get("first_divergence") or {}).get("position"))
+                for q in requests(doc)}
+
+    assert radix.doc["verdict"] == "fail"
+    assert divergences(radix.doc) == divergences(hicache["branching"].doc)
