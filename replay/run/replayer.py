@@ -133,8 +133,10 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
             if progress:
                 progress(golden.requests[i].id, not outcome.passed)
 
+        sources_before = await conn.hit_sources()
         await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab)
+        tally.add_sources(sources_before, await conn.hit_sources())
     order = {r.id: i for i, r in enumerate(golden.requests)}
     result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
     result.hit_lengths = tally.histogram()
