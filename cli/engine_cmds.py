@@ -31,7 +31,7 @@ def serve(
     profile: str = typer.Option("reference", "--profile", help="reference | radix | hicache | hicache-write-back | hicache-layer-first | hicache-storage."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(30000, "--port", help="0: any free port."),
-    fault: str = typer.Option(None, "--fault", help="Inject one cache bug (see docs/faults.md).", show_default=False),
+    fault: str = typer.Option(None, "--fault", help="Inject one cache bug (`golden faults` lists them with the profile each needs; docs/faults.md).", show_default=False),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default cpu).", show_default=False),
     model: str = typer.Option(None, "--model", help="Model config: tiny (default), small, medium.", show_default=False),
     seed: int = typer.Option(None, "--seed", help="Weight seed (default 0).", show_default=False),
@@ -62,8 +62,9 @@ def serve(
 def serve_sglang_frontend(profile: str, host: str, port: int, fault: str | None,
                           device: str | None, model: str | None, seed: int | None,
                           api_key: str | None) -> int:
-    """Run `python -m replay.sglang_frontend` in the foreground (it finds SGLang's venv itself)."""
-    import subprocess
+    """Become `python -m replay.sglang_frontend` (exec, so SIGTERM, SIGINT and SIGHUP reach its
+    supervisor, which stops SGLang's whole process tree; it finds SGLang's venv itself)."""
+    import os
     import sys
 
     engine_options(profile, host=host, port=port, fault=fault, model=model, seed=seed)  # checks
@@ -75,17 +76,17 @@ def serve_sglang_frontend(profile: str, host: str, port: int, fault: str | None,
                         ("--api-key", api_key)):
         if value is not None:
             argv += [flag, str(value)]
-    try:
-        return subprocess.call(argv)
-    except KeyboardInterrupt:
-        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return 2  # not reached
 
 
 def demo(
     out: Path = typer.Option(Path("demo-out"), "--out", help="Directory for the golden and the reports."),
     scenario: str = typer.Option(None, "--scenario", help="Preset name or TOML file (default hicache-branching; with --fault, ci-quick on a small device pool).", show_default=False),
-    replay_profile: str = typer.Option(None, "--replay-profile", help="Engine profile to replay against (default hicache; with --fault, the profile the fault needs).", show_default=False),
-    fault: str = typer.Option(None, "--fault", help="Inject a cache bug into the replay server to see it caught.", show_default=False),
+    replay_profile: str = typer.Option(None, "--replay-profile", help="Engine profile to replay against (default: hicache, or the profile --fault needs: `golden faults`).", show_default=False),
+    fault: str = typer.Option(None, "--fault", help="Inject a cache bug into the replay server to see it caught (`golden faults` lists them).", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """The whole loop on the embedded engine: serve `reference`, record, serve `hicache`
@@ -95,7 +96,6 @@ def demo(
     from golden_cli import render
     from golden_cli.options import progress_bars
     from golden_cli.replay_cmd import replay_and_report
-    from replay.engine.faults import check_fault
     from replay.jobs.detection import CI_QUICK, CI_QUICK_ENGINE, engine_flags, scenario_for, setup_for
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
@@ -104,15 +104,11 @@ def demo(
     from replay.server.target import ServerTarget
 
     engine_modules()  # a clear error now if torch is missing
-    try:
-        check_fault(fault)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    replay_profile = demo_profile(fault, replay_profile)
     setup = setup_for(fault)
     small_pool = fault is not None and scenario is None
     spec = load_scenario(scenario or (CI_QUICK if fault else "hicache-branching"))
     spec = scenario_for(spec, fault) if fault else spec
-    replay_profile = replay_profile or (setup.profile if fault else "hicache")
     engine = {**(CI_QUICK_ENGINE if small_pool else {}), **setup.engine}
     out.mkdir(parents=True, exist_ok=True)
     golden_path = out / f"{safe_name(spec.name)}.zarr"
@@ -137,6 +133,41 @@ def demo(
     render.err.print(f"reports: {out / 'report.json'}, {out / 'report.html'}; server logs: {logs}",
                      markup=False)
     raise typer.Exit(code)
+
+
+def demo_profile(fault: str | None, asked: str | None) -> str:
+    """The replay profile: the one asked for, else the one the fault needs. Checked before any
+    work: an unknown fault or profile is exit 2 at once, and a fault that the chosen profile or a
+    replay cannot reach says so on stderr."""
+    from golden_cli import render
+    from replay.jobs.detection import profile_for
+
+    _, _, faults = engine_modules()
+    try:
+        faults.check_fault(fault)
+    except ValueError as exc:
+        raise UsageError(f"{exc}; `golden faults` lists them with the profile each needs") from None
+    profile = asked or profile_for(fault)
+    engine_options(profile)  # an unknown profile: exit 2 now, not after the recording
+    if fault is not None and profile != profile_for(fault):
+        render.err.print(f"warning: fault {fault} breaks a path of profile {profile_for(fault)}; "
+                         f"on {profile} it may never fire (drop --replay-profile to use "
+                         f"{profile_for(fault)})", markup=False)
+    return profile
+
+
+def faults_cmd() -> None:
+    """List the embedded engine's injectable cache bugs and the profile each needs."""
+    from golden_cli import render
+
+    engine_modules()
+    from replay.jobs.detection import fault_catalogue
+
+    for info in fault_catalogue():
+        seen = (f" [needs a golden recorded with {' and '.join(info.needs)}; the demo records one]"
+                if info.needs else "")
+        render.out.print(f"{info.name}  (profile {info.profile}){seen}: {info.description}",
+                         markup=False)
 
 
 def safe_name(name: str) -> str:

@@ -34,9 +34,23 @@ app = typer.Typer(
 )
 
 
+def print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"golden-replay {version('golden-replay')}")
+        except PackageNotFoundError:
+            typer.echo("golden-replay (not installed: run from a checkout)")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def main(debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1)."),
-         history: str = typer.Option(None, "--history", help=f"Add every report this command writes to this results history: a file or a postgresql:// URL (same as {HISTORY_ENV}=...; docs/history.md).", show_default=False)) -> None:
+def main(
+    debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1)."),
+    history: str = typer.Option(None, "--history", help=f"Add every report this command writes to this results history: a file or a postgresql:// URL (same as {HISTORY_ENV}=...; docs/history.md).", show_default=False),
+    version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"
     if history:
@@ -56,3 +70,4 @@ app.add_typer(profiles_cmd.app, name="profiles")
 app.add_typer(history_cmd.app, name="history")
 app.command("serve")(exits_cleanly(engine_cmds.serve, signals=False))
 app.command("demo")(exits_cleanly(engine_cmds.demo))
+app.command("faults")(exits_cleanly(engine_cmds.faults_cmd))

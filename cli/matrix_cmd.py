@@ -65,19 +65,33 @@ def matrix(
 
 
 def print_matrix(doc: dict[str, Any]) -> None:
-    """The request x profile table (or, on a narrow terminal, one line per failing request),
-    then one verdict line per profile and the matrix verdict."""
+    """The request x profile table, whole (in a pipe at full width; on a terminal too narrow for
+    the profile names, with numbered columns and a legend), one line per failing request, the
+    requests that failed in some repeats, one verdict line per profile and the matrix verdict. A profile's error is one
+    `error: PROFILE: ...` line on stderr."""
     from golden_cli import render
+    from replay.report.views import flake_lines
 
-    if render.is_wide(100):
-        table = matrix_table(doc)
-        if table is not None:
-            render.out.print(table)
-    else:
-        for line in failure_lines(doc):
-            render.out.print(line, markup=False)
-    for line in verdict_lines(doc):
+    table = matrix_table(doc)
+    if table is not None and render.out.is_terminal and not render.fits(table):
+        table = matrix_table(doc, numbered=True)
+        render.out.print(table)
+        for i, name in enumerate(doc["matrix"]["profiles"], 1):
+            render.out.print(f"  {i} = {name}", markup=False)
+    elif table is not None:
+        render.print_whole(table)
+    reports = doc["matrix"]["reports"]
+    for line in failure_lines(doc):
         render.out.print(line, markup=False)
+    names = doc["matrix"]["profiles"]
+    for name in names:
+        for line in flake_lines(reports[name]):
+            render.out.print(f"{name}: {line}", markup=False)
+    for name, line in zip([*names, None], verdict_lines(doc)):
+        if name is not None and reports[name]["verdict"] == "error":
+            render.err.print(f"error: {name}: {reports[name]['error']}", markup=False)
+        else:
+            render.out.print(line, markup=False)
 
 
 def cell(request: dict[str, Any]) -> str:
@@ -91,7 +105,8 @@ def cell(request: dict[str, Any]) -> str:
     return "miss" if request["status"] == "cache_miss" else request["status"]
 
 
-def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Any:
+def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS, numbered: bool = False) -> Any:
+    """The table; `numbered`: columns headed 1..n instead of profile names (a legend follows)."""
     from rich.table import Table
 
     names = doc["matrix"]["profiles"]
@@ -108,9 +123,9 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS) -> Any:
         rows = [(k, v) for k, v in rows if any(c != "ok" for c in v.values())]
         caption = f"{len(cells) - len(rows)} request(s) passing on every profile not shown"
     table = Table(title=f"{doc['golden']}: request x profile", caption=caption)
-    table.add_column("request")
-    for name in names:
-        table.add_column(name)
+    table.add_column("request", overflow="fold")
+    for i, name in enumerate(names, 1):
+        table.add_column(str(i) if numbered else name, overflow="fold")
     for (rid, rep), by_profile in rows:
         label = rid if rep == 0 else f"{rid}#{rep}"
         table.add_row(label, *(by_profile.get(n, _missing(reports[n])) for n in names))

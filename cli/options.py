@@ -118,7 +118,7 @@ ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
 AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
-ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp (auto: ask the server).")
+ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp | vllm (auto: ask the server).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
 PolicyOpt = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N.")

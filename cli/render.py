@@ -16,7 +16,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from replay.report.views import first_failure_lines, verdict_line
+from golden_cli.progress import ProgressLines
+from replay.report.views import first_failure_lines, flake_lines, verdict_line
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -40,16 +41,32 @@ def print_whole(renderable: object) -> None:
     wide.print(renderable)
 
 
+def fits(renderable: object) -> bool:
+    """Whether it prints on this terminal without squeezing a column."""
+    from rich.measure import Measurement
+
+    unbounded = out.options.update_width(PIPE_WIDTH)
+    return Measurement.get(out, unbounded, renderable).maximum <= out.width
+
+
 @contextlib.contextmanager
 def progress_bar(label: str, total: int, quiet: bool) -> Iterator[Any]:
-    """Yields a callback advancing the bar by one request (a no-op when quiet)."""
+    """Yields a callback `(request_id, failed)` counting one finished request: a live bar on a
+    terminal, plain lines in a pipe or CI log (cli/progress.py), nothing when quiet."""
     if quiet:
-        yield lambda _id: None
+        yield lambda _id, _failed=False: None
+        return
+    if not err.is_terminal:
+        lines = ProgressLines(label, total, lambda text: err.print(text, markup=False))
+        try:
+            yield lines.tick
+        finally:
+            lines.finish()
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda _id: bar.advance(task)
+        yield lambda _id, _failed=False: bar.advance(task)
 
 
 def scenarios_table() -> Table:
@@ -90,7 +107,11 @@ def failures_table(report: dict[str, Any], limit: int = 30) -> Table | None:
 
 
 def print_outcome(report: dict[str, Any]) -> None:
-    """Failing requests (a table on wide terminals, one line each otherwise), then the verdict."""
+    """Failing requests (a table on wide terminals, one line each otherwise), the requests that
+    failed in some repeats, then the verdict; an error is one `error: ...` line on stderr."""
+    if report["verdict"] == "error":
+        err.print(verdict_line(report), markup=False)
+        return
     if is_wide(120):
         table = failures_table(report)
         if table is not None:
@@ -98,6 +119,8 @@ def print_outcome(report: dict[str, Any]) -> None:
     else:
         for line in first_failure_lines(report):
             out.print(line, markup=False)
+    for line in flake_lines(report):
+        out.print(line, markup=False)
     out.print(verdict_line(report), markup=False)
 
 

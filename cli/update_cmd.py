@@ -84,7 +84,7 @@ def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
             render.out.print(f"unchanged: {result.path}", markup=False)
         return
     if result.status == ERROR:
-        render.out.print(f"error: {result.path}: {result.error}", markup=False)
+        render.err.print(f"error: {result.path}: {result.error}", markup=False)
         return
     doc = result.report or {}
     s = doc.get("summary") or {}

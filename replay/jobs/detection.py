@@ -94,6 +94,22 @@ def client(concurrency: int = DEFAULT_CONCURRENCY) -> ClientOptions:
     return ClientOptions(concurrency=concurrency)
 
 
+@dataclass(frozen=True)
+class FaultInfo:
+    """What `golden faults` lists: a fault, the engine profile whose cache path it breaks, and
+    what else a replay needs to see it (scenario switches the golden must be recorded with)."""
+
+    name: str
+    profile: str
+    description: str
+    needs: tuple[str, ...]  # scenario switches (`prompt_logprobs`, `salted`); () for none
+
+
+def fault_catalogue() -> list[FaultInfo]:
+    return [FaultInfo(name, profile_for(name), description, setup_for(name).scenario)
+            for name, description in FAULTS.items()]
+
+
 def record_reference(spec: ScenarioSpec, model: HybridModel) -> Golden:
     with start_server(profile_options("reference", model=model.config.name, seed=model.seed),
                       model=model) as server:

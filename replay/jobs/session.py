@@ -41,7 +41,7 @@ from replay.report.document import RunSetup, report_dict
 from replay.golden.scenario import Plan
 from replay.golden.shard import parse_shard, shard_golden
 
-Tick = Callable[[str], None]
+Tick = Callable[[str, bool], None]  # (request id, whether it failed) for each finished request
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
 DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
@@ -184,8 +184,12 @@ class ModelChanged(ModelMismatch):
 
 def reference_warnings(server_info: dict[str, Any], api: Api) -> list[str]:
     """What is suspicious about a server used to record a reference (through `api`, whose own
-    requests may turn reuse off: its `bypasses_cache` trait)."""
-    if not api.bypasses_cache and not server_flag(server_info, "disable_radix_cache"):
+    requests may turn reuse off: its `bypasses_cache` trait). The radix-cache warning comes from
+    what the server reports: only when it says its cache is on (`disable_radix_cache` false); a
+    server that does not say (an OpenAI-compatible one) gets no warning the tool cannot know."""
+    if api.bypasses_cache or "disable_radix_cache" not in server_info:
+        return []
+    if not server_flag(server_info, "disable_radix_cache"):
         return ["the server has its radix cache on; a reference should be recorded with the "
                 "cache disabled (a reference profile such as sglang-reference)"]
     return []

@@ -236,5 +236,14 @@ class HitTally:
             if n > 0:
                 self.tiers[tier] += n
 
+    def add_sources(self, before: dict[str, int] | None, after: dict[str, int] | None) -> None:
+        """Tier counts a server keeps apart from its answers (cumulative counters read before
+        and after a repeat): the difference is what this repeat was served from each tier."""
+        if before is None or after is None:
+            return
+        for tier, n in after.items():
+            if n - before.get(tier, 0) > 0:
+                self.tiers[tier] += n - before.get(tier, 0)
+
     def histogram(self) -> dict[str, int]:
         return {str(k): v for k, v in sorted(self.lengths.items())}

@@ -133,6 +133,8 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
         "expect_cache": result.expectation,
         "require_tier": result.require_tier,
         "tier_problem": result.tier_problem,
+        "no_cache_hits": result.no_cache_hits,
+        "hit_problem": result.hit_problem,
         "storage_cleared": result.storage_cleared,
         "storage_hits_after_clear": result.storage_hits_after_clear,
         "warnings": result.warnings,

@@ -27,6 +27,7 @@ from replay.golden.fingerprint import model_identity
 from replay.golden.shard import parse_shard
 from replay.golden.tree import parse_request_id
 from replay.report.document import SCHEMA
+from replay.report.results import NO_HITS_WARNING
 from replay.utils.errors import UsageError
 
 VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
@@ -105,8 +106,15 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
         seen = ", ".join(f"{k}={v}" for k, v in sorted(tiers.items())) or "none"
         tier_problem = (f"no cache hits came from the {require_tier} tier in any shard "
                         f"(tokens by tier: {seen})")
+    no_hits = not errors and bool(requests) and all(_count(r.get("cached_tokens")) == 0
+                                                    for r in requests)
+    hit_problem = None
+    if no_hits and any(d.get("hit_problem") for d in ok):
+        hit_problem = ("no request was served from the cache in any shard, though the cache "
+                       f"expectation {first_of(ok, 'expect_cache')} asks for hits")
     verdict = "error" if errors else (
-        "pass" if all(r["passed"] is True for r in requests) and not tier_problem else "fail")
+        "pass" if all(r["passed"] is True for r in requests) and not tier_problem
+        and not hit_problem else "fail")
     first = ok[0] if ok else docs[0]
     golden_meta = dict(first.get("golden_meta") or {})
     golden_meta.pop("shard", None)
@@ -125,11 +133,14 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
         "server_target": first.get("server_target"),
         "expect_cache": first.get("expect_cache"),
         "tier_problem": tier_problem,
+        "no_cache_hits": no_hits,
+        "hit_problem": hit_problem,
         "storage_cleared": sum(_count(d.get("storage_cleared")) for d in ok),
         "storage_hits_after_clear": [h for d in ok
                                      for h in d.get("storage_hits_after_clear") or []],
         "warnings": list(dict.fromkeys(w for d in ok for w in d.get("warnings") or []
-                                       if not str(w).startswith("--require-tier "))),
+                                       if not str(w).startswith("--require-tier ")
+                                       and (no_hits or not str(w).startswith(NO_HITS_WARNING)))),
         "summary": None if errors else _summary(requests, first.get("repeat"), tiers),
         "numerics": first.get("numerics"),
         "golden_meta": golden_meta,
@@ -138,6 +149,10 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
                          "shard": d.get("shard")} for d in docs],
         "requests": requests,
     }
+
+
+def first_of(docs: Sequence[dict[str, Any]], key: str) -> Any:
+    return docs[0].get(key) if docs else None
 
 
 def _check_is_report(doc: dict[str, Any], name: str) -> None:

@@ -13,6 +13,7 @@ from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT, PromptDiff, Reque
 from replay.golden.tree import parse_request_id
 
 CACHE_MISS = "cache_miss"
+NO_HITS_WARNING = "no request was served from the cache"  # how the zero-hit warning starts
 
 
 @dataclass
@@ -60,6 +61,10 @@ class ReplayResult:
     server_meta: dict[str, Any] = field(default_factory=dict)
     storage_cleared: int = 0  # repeats that started by emptying an attached L3 storage tier
     numerics: dict[str, Any] | None = None  # replay/judge/numerics.py NumericsComparison.as_dict
+    cache_expected: bool = False  # the expectation (explicit, or auto from the server) asks for hits
+    hits_possible: bool = True  # some request shares a prefix with another (a follow-up turn or
+    # a sibling branch): a golden of unrelated single requests can never hit
+    replays_a_server: bool = True  # False for `golden diff` (two goldens: no cache was asked)
     routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
     # workers share one L3 directory: a turn-0 branch > 0 may reuse its group prefix from there
     siblings_share_storage: bool = False
@@ -77,9 +82,28 @@ class ReplayResult:
                 and not (self.siblings_share_storage and (parse_request_id(o.id) or (0, 0, 0))[1] > 0)]
 
     @property
+    def no_cache_hits(self) -> bool:
+        """Whether no request of a replay against a server was served from its cache at all."""
+        return (self.replays_a_server and bool(self.outcomes)
+                and all(o.cached_tokens == 0 for o in self.outcomes))
+
+    @property
+    def hit_problem(self) -> str | None:
+        """A replay that never hit the cache proves nothing about it: a fail when the
+        expectation asked for hits (whatever each request's own check said)."""
+        if self.no_cache_hits and self.cache_expected and self.hits_possible:
+            return (f"no request was served from the cache (cached_tokens 0 in all "
+                    f"{len(self.outcomes)}), though the cache expectation {self.expectation} "
+                    "asks for hits")
+        return None
+
+    @property
     def warnings(self) -> list[str]:
         """Things a reader must know that do not change the verdict by themselves."""
         notes = []
+        if self.no_cache_hits and self.hit_problem is None:
+            notes.append(f"{NO_HITS_WARNING}: this replay proves nothing about the cache (cache "
+                         f"expectation {self.expectation})")
         stale = self.storage_hits_after_clear
         if stale:
             notes.append(f"{len(stale)} turn-0 request(s) were served from L3 storage in a "
@@ -108,7 +132,8 @@ class ReplayResult:
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outcomes) and self.tier_problem is None
+        return (all(o.passed for o in self.outcomes) and self.tier_problem is None
+                and self.hit_problem is None)
 
     @property
     def failures(self) -> list[RequestOutcome]:

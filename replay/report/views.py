@@ -6,6 +6,7 @@ same for a replay, a `golden diff`, a matrix profile and merged shard reports.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -30,6 +31,10 @@ def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
         case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-tier")
         ET.SubElement(case, "failure", message=report["tier_problem"], type="cache_tier")
         failures += 1
+    if report.get("hit_problem"):
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-hits")
+        ET.SubElement(case, "failure", message=report["hit_problem"], type="no_cache_hits")
+        failures += 1
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
@@ -49,9 +54,47 @@ def failure_line(r: dict[str, Any]) -> str:
     return r.get("cache_problem") or r["status"]
 
 
+def short_failure_line(r: dict[str, Any]) -> str:
+    """One failing request in a terminal's width: where and how it first differs (the golden's
+    value exactly and the distance in ULPs; the report has both sides' bits) and its cache hit."""
+    f = r.get("first_divergence")
+    cached = f"cached {r['cached_tokens']}"
+    if not f:
+        return f"{r['status']}: {r.get('cache_problem') or cached}"
+    if f["kind"] == "token":
+        what = f"token {f['golden_token']} -> {f['replay_token']}"
+    else:
+        where = " (top-k)" if f["kind"] == "top_k" else ""
+        what = f"token {f['golden_token']}{where} logprob {f['golden_logprob']!r} off by {f['ulp']} ulp"
+    line = f"{r['status']} at {f['position']}: {what}; {cached}"
+    t = r.get("token_divergence_position")
+    if t is not None and t != f["position"]:
+        line += f"; tokens from {t}"
+    return line
+
+
+def flake_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
+    """After several repeats: each request that failed in some of them, how often and how."""
+    repeats = (report.get("summary") or {}).get("repeats", 1)
+    if repeats <= 1:
+        return []
+    kinds: dict[str, Counter[str]] = {}
+    for r in report.get("requests") or []:
+        if not r["passed"]:
+            kinds.setdefault(r["id"], Counter())[r["status"]] += 1
+    ranked = sorted(kinds.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    lines = [f"{rid}: failed {sum(c.values())}/{repeats} repeats ("
+             + ", ".join(f"{k} x{n}" for k, n in c.most_common()) + ")"
+             for rid, c in ranked[:limit]]
+    if len(ranked) > limit:
+        lines.append(f"... and {len(ranked) - limit} more request(s) (see --report)")
+    return lines
+
+
 def verdict_line(report: dict[str, Any]) -> str:
+    """The one-line verdict; for an error report, `error: ...` (the CLI prints it on stderr)."""
     if report["verdict"] == "error":
-        return f"ERROR: {report['error']}"
+        return f"error: {report['error']}"
     s = report["summary"]
     hits = ", ".join(f"{k}x{v}" for k, v in s["cache_hit_lengths"].items())
     tiers = ", ".join(f"{k}={v}" for k, v in sorted(s["cached_tokens_by_tier"].items())) or "-"
@@ -61,8 +104,9 @@ def verdict_line(report: dict[str, Any]) -> str:
             f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
             f"policy {report['policy']}, max ulp {s['max_ulp']}; "
             f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
-    if report.get("tier_problem"):
-        line += f"; {report['tier_problem']}"
+    for problem in (report.get("tier_problem"), report.get("hit_problem")):
+        if problem:
+            line += f"; {problem}"
     if report.get("routing"):
         line += f"; {routing_text(report['routing'])}"
     for warning in report.get("warnings") or []:
@@ -87,7 +131,7 @@ def routing_text(routing: dict[str, Any]) -> str:
 
 def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
     failing = [r for r in report.get("requests", []) if not r["passed"]]
-    lines = [f"{r['id']} (repeat {r['repeat']}): {failure_line(r)}" for r in failing[:limit]]
+    lines = [f"{r['id']}#{r['repeat']} {short_failure_line(r)}" for r in failing[:limit]]
     if len(failing) > limit:
         lines.append(f"... and {len(failing) - limit} more (see --report)")
     return lines

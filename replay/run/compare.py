@@ -26,7 +26,8 @@ def compare_goldens(a: Golden, b: Golden, name_a: str, name_b: str, policy: Poli
     if a.top_k != b.top_k:
         raise UsageError(f"{name_a} has top-k {a.top_k}, {name_b} has {b.top_k}: not comparable")
     result = ReplayResult(golden=name_a, server=name_b, policy=str(policy), repeats=1,
-                          expectation="none", golden_meta=a.meta, server_meta=b.meta)
+                          expectation="none", golden_meta=a.meta, server_meta=b.meta,
+                          replays_a_server=False)
     skipped: list[str] = []
     for i, (ra, rb) in enumerate(zip(a.requests, b.requests)):
         if not np.array_equal(a.input_ids(i), b.input_ids(i)):

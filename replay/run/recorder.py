@@ -26,7 +26,7 @@ from replay.golden.scenario import Plan, check_vocab
 from replay.judge.server_checks import check_sampling_defaults
 from replay.golden.tree import cache_key, input_ids, prompt_logprob_start
 
-Progress = Callable[[str], None]  # called with the request id as each completes
+Progress = Callable[[str, bool], None]  # (request id, failed: always False) as each completes
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
         if journal:
             journal.add(i, plan.requests[i].id, completion)
         if progress:
-            progress(plan.requests[i].id)
+            progress(plan.requests[i].id, False)
 
     remaining = [i for i in range(len(plan.requests)) if i not in done]
     if progress:
         for _ in range(len(plan.requests) - len(remaining)):
-            progress("resumed")
+            progress("resumed", False)
     await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
                     top_k=plan.spec.top_k, vocab_size=vocab, only=remaining,
                     extras_for=extras_for if plan.spec.prompt_logprobs or plan.spec.salted

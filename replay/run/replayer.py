@@ -8,6 +8,7 @@ diffed as they arrive and only the judgement is kept.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -33,7 +34,7 @@ from replay.report.results import ReplayResult, RequestOutcome
 from replay.run.runner import check_schedule, run_nodes
 from replay.judge.server_checks import check_sampling_defaults
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, bool], None]  # (request id, failed) as each completes
 TIERS = ("host", "storage", "device")
 
 
@@ -109,6 +110,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     result = ReplayResult(
         golden=golden_name, server=conn.url, policy=str(options.policy),
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
+        cache_expected=expectation.kind != "none", hits_possible=shares_prefixes(golden),
         golden_meta=golden.meta,
         server_meta=source_meta(conn.url, server_info, model_info, api=conn.api.name,
                                 flush=conn.api.flush_note),
@@ -134,16 +136,25 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
             tally.add(completion.cached_tokens, completion.cached_details)
             result.outcomes.append(outcome)
             if progress:
-                progress(golden.requests[i].id)
+                progress(golden.requests[i].id, not outcome.passed)
 
+        sources_before = await conn.hit_sources()
         await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab,
                         extras_for=extras.__getitem__ if with_extras else None)
+        tally.add_sources(sources_before, await conn.hit_sources())
     order = {r.id: i for i, r in enumerate(golden.requests)}
     result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
     result.hit_lengths = tally.histogram()
     result.tiers = dict(tally.tiers)
     return result
+
+
+def shares_prefixes(golden: Golden) -> bool:
+    """Whether any request could be served from the cache: a follow-up turn (its history) or a
+    second request in a group (the group's prefix)."""
+    groups = Counter(r.group for r in golden.requests)
+    return any(r.parent >= 0 for r in golden.requests) or any(n > 1 for n in groups.values())
 
 
 def footprint(golden: Golden) -> int:

@@ -17,8 +17,8 @@ import numpy as np
 
 from replay.server.apis import resolve_api
 from replay.server.apis.base import (NO_EXTRAS, Api, Completion, RequestExtras,
-                                      SupportsFastParse, SupportsPrepare, SupportsRequestExtras,
-                                      SupportsStorageClear, checked_counts)
+                                      SupportsFastParse, SupportsHitSources, SupportsPrepare,
+                                      SupportsRequestExtras, SupportsStorageClear, checked_counts)
 from replay.server.jsonio import decode
 from replay.server.transport import ClientOptions, ServerClient
 from replay.utils.errors import MalformedResponse, UsageError
@@ -47,6 +47,13 @@ class Connection:
         if isinstance(self.api, SupportsStorageClear):
             return await self.api.clear_storage(self.client, server_info)
         return False
+
+    async def hit_sources(self) -> dict[str, int] | None:
+        """Cached prompt tokens so far by tier, for servers that count them apart from their
+        answers (`SupportsHitSources`); None for the others."""
+        if isinstance(self.api, SupportsHitSources):
+            return await self.api.hit_sources(self.client)
+        return None
 
     async def complete(self, input_ids: np.ndarray, request_id: str, *, max_new_tokens: int,
                        top_k: int, vocab_size: int | None,

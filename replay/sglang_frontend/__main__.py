@@ -1,9 +1,12 @@
 """`python -m replay.sglang_frontend --profile P [--host H] [--port N] [--fault F] [--model M]
 [--seed S] [--api-key K]`: SGLang's own HTTP server with the embedded engine as its scheduler,
-until SIGINT or SIGTERM.
+until SIGINT, SIGTERM, SIGHUP or its parent's death, which stop its whole process tree
+(supervise.py).
 
 Run from any Python: if this one cannot import sglang, the command re-executes itself with the
-SGLang environment's interpreter (locate.py), keeping this checkout first on the path.
+SGLang environment's interpreter (locate.py), keeping this checkout first on the path. There it
+runs the server as a supervised child (the same command, SERVER_ENV set). An SGLang environment
+that cannot import SGLang's server is one error line naming the fix, exit 2.
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from replay.engine.config import get_config
 from replay.engine.faults import FAULTS
 from replay.engine.options import PROFILES, profile_options
 from replay.sglang_frontend.args import server_argv, server_env
-from replay.sglang_frontend.locate import install_hint, sglang_python
+from replay.sglang_frontend.locate import install_hint, rebuild_hint, sglang_python
 from replay.sglang_frontend.model_dir import ARCHITECTURE, model_path, write_model_dir
+from replay.sglang_frontend.supervise import supervise
 
 REPLAY_ROOT = str(Path(__file__).resolve().parents[2])
 REEXEC_ENV = "_GOLDEN_SGLANG_REEXEC"
+SERVER_ENV = "_GOLDEN_SGLANG_SERVER"  # set for the supervised child that runs the server
 DEFAULT_MODEL_ROOT = Path.home() / ".cache/golden-replay/sglang-models"
 
 
@@ -105,11 +111,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if importlib.util.find_spec("sglang") is None:
         reexec_with_sglang(argv)
+    if not os.environ.get(SERVER_ENV):
+        env = dict(os.environ, **{SERVER_ENV: "1"})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (REPLAY_ROOT, env.get("PYTHONPATH")) if p)
+        return supervise([sys.executable, "-m", "replay.sglang_frontend", *argv], env)
+    try:
+        launch_server, prepare_server_args, run_scheduler_process = import_sglang_server()
+    except ImportError as exc:  # the SGLang environment lacks something its server imports
+        print(f"error: {rebuild_hint(exc)}", file=sys.stderr)
+        return 2
     write_model_dir(args.model_root, config, options.seed)
     os.chdir(args.model_root)  # model_path is relative: the same name the native engine reports
     os.environ.update(server_env(options))
-    sys.path.insert(0, REPLAY_ROOT)  # spawned processes inherit sys.path, not the cwd
+    sglang_args = server_argv(options, model_path(config, options.seed))
+    sglang_args += ["--log-level", args.log_level]
+    if args.api_key:
+        sglang_args += ["--api-key", args.api_key]
+    launch_server(prepare_server_args(sglang_args), run_scheduler_process_func=run_scheduler_process)
+    return 0
 
+
+def import_sglang_server() -> tuple[Any, Any, Any]:
+    """SGLang's launch_server and argument parser, and the engine's scheduler entry point, with
+    the engine's architecture registered."""
+    sys.path.insert(0, REPLAY_ROOT)  # spawned processes inherit sys.path, not the cwd
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 
@@ -117,12 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     declare_state_snapshots()
     register_architecture()
-    sglang_args = server_argv(options, model_path(config, options.seed))
-    sglang_args += ["--log-level", args.log_level]
-    if args.api_key:
-        sglang_args += ["--api-key", args.api_key]
-    launch_server(prepare_server_args(sglang_args), run_scheduler_process_func=run_scheduler_process)
-    return 0
+    return launch_server, prepare_server_args, run_scheduler_process
 
 
 if __name__ == "__main__":

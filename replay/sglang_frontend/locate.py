@@ -20,14 +20,18 @@ def default_venv() -> Path:
     return Path(os.environ.get(VENV_ENV) or Path.home() / ".cache/golden-replay/sglang-venv")
 
 
+STAMP = ".golden-sglang-installed"  # written by install_sglang.sh once its import check passed
+INSTALL = "bash scripts/install_sglang.sh"
+
+
 def sglang_python() -> str | None:
     """An interpreter with SGLang installed, or None: GOLDEN_SGLANG_PYTHON, else the venv of
-    install_sglang.sh, else this interpreter if it imports sglang."""
+    install_sglang.sh once its install completed, else this interpreter if it imports sglang."""
     given = os.environ.get(PYTHON_ENV)
     if given:
         return given
     venv_python = default_venv() / "bin" / "python"
-    if venv_python.exists():
+    if venv_python.exists() and (default_venv() / STAMP).exists():
         return str(venv_python)
     if importlib.util.find_spec("sglang") is not None:
         return sys.executable
@@ -35,5 +39,14 @@ def sglang_python() -> str | None:
 
 
 def install_hint() -> str:
-    return ("SGLang is not installed: run `bash scripts/install_sglang.sh` (a venv in "
-            f"{default_venv()}), or set {PYTHON_ENV} to a Python that imports sglang 0.5.23")
+    if (default_venv() / "bin" / "python").exists():
+        return (f"SGLang's venv in {default_venv()} is incomplete (its install never finished): "
+                f"run `{INSTALL}`")
+    return (f"SGLang is not installed: run `{INSTALL}` (a venv in {default_venv()}), or set "
+            f"{PYTHON_ENV} to a Python that imports sglang 0.5.23")
+
+
+def rebuild_hint(exc: ImportError) -> str:
+    """SGLang is there but its server cannot be imported: the environment is broken or stale."""
+    return (f"SGLang's environment ({sys.executable}) cannot import its server ({exc}): run "
+            f"`{INSTALL}` again from the environment golden-replay is installed in")

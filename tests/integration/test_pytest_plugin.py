@@ -59,7 +59,7 @@ def test_fail_shows_the_same_first_divergence_lines_as_the_cli(pytester, golden)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*FAIL: 8 requests x 1 repeat(s)*8 failed (8 diverged*",
-        "*g0/b0/t0 (repeat 0): logprob_drift*output position 2*golden token*1 ulp",
+        "*g0/b0/t0#0 logprob_drift at 2: token * logprob * off by 1 ulp; cached *",
     ])
 
 

@@ -42,7 +42,7 @@ def test_http_429_that_never_stops_is_an_error(golden):
 
 def test_connection_reset_mid_body_is_an_error_not_retried(golden):
     res, stub = replay(golden, StubConfig(reset=True))
-    assert res.exit_code == 2 and "ERROR" in res.output
+    assert res.exit_code == 2 and "error: " in res.stderr
     assert stub.requests == 0 and len(stub.auth_headers) == 1  # sent once, never retried
 
 

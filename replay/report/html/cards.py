@@ -16,6 +16,9 @@ def alerts(report: dict[str, Any], prefix: str) -> str:
     if report.get("tier_problem"):
         out.append(f"<div class=\"alert\" id=\"{prefix}tier-problem\"><b>cache tier:</b> "
                    f"{esc(report['tier_problem'])}</div>")
+    if report.get("hit_problem"):
+        out.append(f"<div class=\"alert\" id=\"{prefix}hit-problem\"><b>cache hits:</b> "
+                   f"{esc(report['hit_problem'])}</div>")
     return "".join(out)
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from replay.server.apis.base import Api
     from replay.server.transport import ServerClient
 
-API_NAMES = ("sglang", "openai", "llamacpp")
+API_NAMES = ("sglang", "openai", "llamacpp", "vllm")
 
 
 def check_api_name(name: str) -> str:
@@ -40,18 +40,29 @@ def get_api(name: str, *, reference: bool = False) -> "Api":
         from replay.server.apis.llamacpp import LlamaCppApi
 
         return LlamaCppApi(cache_prompt=not reference)
+    if name == "vllm":
+        from replay.server.apis.vllm import VllmApi
+
+        return VllmApi(reference=reference)
     check_api_name(name)
     raise UsageError("--api auto must be resolved with detect_api first")
 
 
 async def detect_api(client: "ServerClient") -> str:
-    """Which API the server speaks: SGLang answers /server_info, llama.cpp /props, and any
+    """Which API the server speaks: SGLang answers /server_info (so does vLLM in dev mode, with a
+    `vllm_config`), llama.cpp /props, vLLM /v1/models with `owned_by: vllm`, and any other
     OpenAI-compatible server /v1/models."""
+    from replay.server.apis.vllm import is_vllm_models, is_vllm_server_info
+
     refused = None
     for path, name in (("/server_info", "sglang"), ("/get_server_info", "sglang"),
                        ("/props", "llamacpp"), ("/v1/models", "openai")):
-        status, _ = await client.raw("GET", path, "detect api")
+        status, text = await client.raw("GET", path, "detect api")
         if status == 200:
+            if path == "/server_info" and is_vllm_server_info(text):
+                return "vllm"
+            if path == "/v1/models" and is_vllm_models(text):
+                return "vllm"
             return name
         if status in (401, 403):
             refused = status
@@ -61,7 +72,7 @@ async def detect_api(client: "ServerClient") -> str:
 
         raise ServerError(f"{client.url} answered HTTP {refused}{auth_hint(refused)}")
     raise UsageError(f"{client.url} answers none of /server_info, /props, /v1/models: "
-                     "pass --api sglang|openai|llamacpp")
+                     "pass --api sglang|openai|llamacpp|vllm")
 
 
 async def resolve_api(client: "ServerClient", name: str, *, reference: bool = False) -> "Api":

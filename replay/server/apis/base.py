@@ -145,6 +145,16 @@ class SupportsRequestExtras(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsHitSources(Protocol):
+    """An adapter whose server counts cached prompt tokens by tier outside its answers (vLLM's
+    /metrics): the replayer reads the counts before and after each repeat."""
+
+    async def hit_sources(self, client: "ServerClient") -> dict[str, int]:
+        """Cached prompt tokens so far, by tier (host, storage, device...), cumulative."""
+        ...
+
+
 def malformed(request_id: str, what: str) -> MalformedResponse:
     """The one-line error for a response that breaks the protocol, naming the request."""
     return MalformedResponse(f"request {request_id}: malformed response: {what}")

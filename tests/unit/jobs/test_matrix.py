@@ -94,11 +94,17 @@ def test_junit_has_one_testsuite_per_profile(cli_run):
 
 def test_console_shows_a_verdict_line_per_profile_and_the_matrix_verdict(cli_run):
     result, _, _, _ = cli_run
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
     assert any(line.startswith("good: PASS: 8 requests") for line in lines)
-    assert any(line.startswith("broken: ERROR: launch profile 'broken'") for line in lines)
     assert any(line.startswith("drift: FAIL: 8 requests") for line in lines)
     assert lines[-1] == "MATRIX ERROR: 3 profile(s), 1 pass, 1 fail, 1 error"
+
+
+def test_a_profiles_error_is_one_error_line_on_stderr(cli_run):
+    result, _, _, _ = cli_run
+    assert any(line.startswith("error: broken: launch profile 'broken'")
+               for line in result.stderr.splitlines())
+    assert not any(line.startswith("broken:") for line in result.stdout.splitlines())
 
 
 def test_request_by_profile_table(cli_run):
@@ -185,7 +191,7 @@ def test_matrix_junit_of_an_all_error_document():
 def test_verdict_lines_end_with_the_matrix_line():
     report = {"verdict": "error", "error": "boom"}
     doc = {"verdict": "error", "matrix": {"profiles": ["a"], "reports": {"a": report}}}
-    assert verdict_lines(doc) == ["a: ERROR: boom", "MATRIX ERROR: 1 profile(s), 0 pass, 0 fail, 1 error"]
+    assert verdict_lines(doc) == ["a: error: boom", "MATRIX ERROR: 1 profile(s), 0 pass, 0 fail, 1 error"]
 
 
 def test_resolve_profiles_needs_at_least_one(setup):

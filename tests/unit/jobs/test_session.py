@@ -87,7 +87,7 @@ def test_progress_is_reported_through_the_callback(golden):
         import contextlib
 
         seen.append((label, total))
-        return contextlib.nullcontext(ticks.append)
+        return contextlib.nullcontext(lambda request, failed: ticks.append(request))
 
     with StubServer(StubConfig()) as stub:
         session.replay_golden(golden, session.ServerTarget(url=stub.url),
@@ -121,6 +121,23 @@ def test_a_reference_through_an_adapter_that_bypasses_the_cache_gets_no_radix_wa
     from replay.server.apis import get_api
 
     assert session.reference_warnings({}, get_api("llamacpp", reference=True)) == []
+    assert session.reference_warnings({"disable_radix_cache": False},
+                                      get_api("vllm", reference=True)) == []  # salted requests
     assert session.reference_warnings({"disable_radix_cache": True}, get_api("sglang")) == []
-    assert "radix cache on" in session.reference_warnings({}, get_api("sglang"))[0]
+
+
+def test_the_radix_cache_warning_comes_from_a_server_reporting_its_cache_on():
+    from replay.server.apis import get_api
+
+    assert "radix cache on" in session.reference_warnings({"disable_radix_cache": False},
+                                                          get_api("sglang"))[0]
+
+
+def test_no_radix_cache_warning_from_a_server_that_does_not_say():
+    """An OpenAI-compatible server reports nothing about its cache: the tool cannot know."""
+    from replay.server.apis import get_api
+
+    assert session.reference_warnings({"served_models": ["m"]}, get_api("openai", reference=True)) == []
+    assert session.reference_warnings({}, get_api("sglang")) == []
+
 

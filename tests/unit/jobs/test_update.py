@@ -117,7 +117,7 @@ def test_cli_shows_the_diff_and_exit_codes(goldens, tmp_path):
         real = runner.invoke(update_app(), ["update", str(d), "--server", stub.url])
     assert dry.exit_code == 1, dry.output
     assert f"would change (not written, --dry-run): {a}: 4 of 8 request(s) differ, max ulp 1" in dry.output
-    assert "g0/b0/t0 (repeat 0): logprob_drift" in dry.output
+    assert "g0/b0/t0#0 logprob_drift" in dry.output
     assert "unchanged: " in dry.output
     assert "2 golden(s): 1 would change, 1 unchanged, 0 error(s)" in dry.output
     reports = sorted(str(p.relative_to(tmp_path / "r")) for p in (tmp_path / "r").rglob("*.json"))

@@ -95,3 +95,12 @@ def test_auto_asks_only_for_some_reuse_of_a_no_buffer_hybrid():
 def test_older_servers_fall_back_to_name_markers_that_know_the_seeds_model(model_info):
     info = {"page_size": 128, "mamba_track_interval": 128}
     assert str(parse_expectation("auto", info, model_info)) == "mamba:128"
+
+
+def test_tier_counts_kept_apart_from_the_answers_add_their_difference():
+    from replay.judge.cache_check import HitTally
+
+    tally = HitTally()
+    tally.add_sources({"device": 100, "storage": 0}, {"device": 484, "storage": 256, "host": 0})
+    tally.add_sources(None, {"device": 999})  # a server without such counts adds nothing
+    assert dict(tally.tiers) == {"device": 384, "storage": 256}

@@ -353,11 +353,17 @@ def test_any_field_of_the_wrong_type_still_renders(name):
         assert render_html(mutated).endswith("</html>\n")
 
 
+def test_a_replay_that_never_hit_the_cache_shows_why_it_failed():
+    doc = copy.deepcopy(sample("failing"))
+    doc["no_cache_hits"], doc["hit_problem"] = True, "no request was served from the cache"
+    assert 'id="r-hit-problem"><b>cache hits:</b> no request was served from the cache' in render_html(doc)
+
+
 def test_report_text_is_escaped():
     evil = '<script>alert("x")</script>"\'><img src=x onerror=alert(1)>'
     doc = copy.deepcopy(sample("failing"))
     doc["error"] = doc["golden"] = doc["server"] = doc["policy"] = doc["expect_cache"] = evil
-    doc["tier_problem"] = evil
+    doc["tier_problem"] = doc["hit_problem"] = evil
     doc["golden_meta"]["server_info"]["hicache_" + evil] = evil
     doc["server_meta"]["model_info"]["model_path"] = evil
     doc["summary"]["cache_hit_lengths"] = {evil: 3, "64": 1}

@@ -230,3 +230,25 @@ def test_a_malformed_matrix_document_is_refused_in_one_line(matrix):
     doc = {"schema": "golden-replay/report/1", "verdict": "pass", "matrix": matrix}
     with pytest.raises(UsageError, match="not a matrix report"):
         merge_reports([doc])
+
+
+def zero_hits(doc: dict, problem: str | None) -> dict:
+    """The shard as if its server had reported no cache hit at all."""
+    out = copy.deepcopy(doc)
+    for r in out["requests"]:
+        r["cached_tokens"], r["cached_tokens_details"] = 0, {}
+    out.update(no_cache_hits=True, hit_problem=problem)
+    return out
+
+
+def test_shards_that_never_hit_the_cache_merge_into_a_fail_with_the_reason(shards):
+    _, parts, _ = shards
+    merged = merge_reports([zero_hits(p, "no request was served from the cache") for p in parts])
+    assert merged["verdict"] == "fail" and merged["no_cache_hits"] is True
+    assert "no request was served from the cache in any shard" in merged["hit_problem"]
+
+
+def test_one_shard_without_hits_does_not_fail_a_merge_that_hit(shards):
+    _, parts, _ = shards
+    merged = merge_reports([parts[0], parts[1], zero_hits(parts[2], None)])
+    assert merged["no_cache_hits"] is False and merged["hit_problem"] is None

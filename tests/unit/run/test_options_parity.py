@@ -86,8 +86,9 @@ def test_replay_argv_of_the_defaults_is_the_valued_options_only():
 def test_the_repro_script_carries_every_option(tmp_path):
     options = everything_changed()
     cand = Candidate(keep=(0,), schedule=options.schedule, concurrency=2, repeat=options.repeat)
-    result = Result(start=cand, final=cand, judgement=Judgement(fails=True, failed_repeats=1),
-                    steps=[], replays=1, seconds=0.0, budget_exhausted=False)
+    fails = Judgement(fails=True, failed_repeats=1)
+    result = Result(start=cand, final=cand, judgement=fails, steps=[], replays=1, seconds=0.0,
+                    budget_exhausted=False, rerun=fails)
     script = repro_script(session.ServerTarget(url="http://127.0.0.1:1"),
                           MinimizeSettings(options=options), result, Failure("tier"))
     command = script.strip().splitlines()[-1]

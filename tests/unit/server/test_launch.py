@@ -4,6 +4,7 @@ cycle against fake servers that misbehave in the ways real ones do."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -83,6 +84,10 @@ EMBEDDED = ["reference", "radix", "hicache", "hicache-write-back", "hicache-laye
             "hicache-storage"]
 
 
+VLLM = ["vllm-reference", "vllm-prefix-cache", "vllm-disk-tier", "vllm-gpu-reference",
+        "vllm-gpu-prefix-cache", "vllm-gpu-kv-offload", "vllm-gpu-lmcache"]
+
+
 def render_builtin(name: str, **kw):
     profile = load_profile(name)
     if "attention_backend" in profile.accepts:
@@ -95,7 +100,7 @@ def render_builtin(name: str, **kw):
 
 def test_every_builtin_profile_is_listed():
     llamacpp = {"llamacpp-reference", "llamacpp-cached"}
-    assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp
+    assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp | set(VLLM)
                                             | set(EXPECTED_CPU_ARGV)
                                             | {f"embedded-{p}" for p in EMBEDDED}
                                             | {f"embedded-sglang-{p}" for p in EMBEDDED}
@@ -476,3 +481,35 @@ def test_a_line_the_server_repeats_is_shown_once_with_its_count(tmp_path):
                    + 'fake: "GET /health HTTP/1.1" 503 -\n' * 40)
     assert log_tail(log) == ["loading weights: this will take forever",
                              'fake: "GET /health HTTP/1.1" 503 - (x40)']
+
+
+# --- vLLM profiles ----------------------------------------------------------------------------
+
+
+def _vllm_flags(name: str) -> list[str]:
+    argv = render_builtin(name, model="/m").argv
+    assert argv[:2] == ["sh", "-c"] and "-m vllm.entrypoints.openai.api_server" in argv[2]
+    return argv[4:]
+
+
+@pytest.mark.parametrize("name", VLLM)
+def test_vllm_profiles_speak_the_vllm_api_in_dev_mode(name):
+    profile = load_profile(name)
+    assert profile.api == "vllm" and profile.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert ("NOT RUN HERE" in profile.description) == ("-gpu-" in name)
+
+
+@pytest.mark.parametrize("reference, replay", [("vllm-reference", "vllm-prefix-cache"),
+                                               ("vllm-gpu-reference", "vllm-gpu-prefix-cache")])
+def test_a_vllm_reference_differs_from_its_replay_profile_only_in_caching(reference, replay):
+    ref, rep = _vllm_flags(reference), _vllm_flags(replay)
+    assert ref[-1] == "--no-enable-prefix-caching" and rep[-1] == "--enable-prefix-caching"
+    assert ref[:-1] == rep[:-1]
+    assert ref[ref.index("--max-num-batched-tokens") + 1] == "16384"  # whole-prompt prefill
+
+
+def test_the_vllm_disk_tier_writes_into_the_launch_scratch_dir():
+    argv = render_builtin("vllm-disk-tier", model="/m", scratch_dir=Path("/s/x")).argv
+    config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert config["kv_connector"] == "ExampleConnector"
+    assert config["kv_connector_extra_config"]["shared_storage_path"] == "/s/x/kv"

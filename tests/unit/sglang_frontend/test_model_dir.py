@@ -28,7 +28,7 @@ def test_the_directory_names_the_model_as_the_engines_own_server_does(tmp_path):
 
 
 def test_the_tokenizer_maps_word_i_to_token_i(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers", reason="the tokenizers package is not installed")
+    tokenizers = pytest.importorskip("tokenizers", reason="the tokenizers package is not installed (pip install tokenizers; bash scripts/test.sh installs it)")
     path = write_model_dir(tmp_path, get_config("tiny"), 0)
     tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
     assert tokenizer.encode("t5 t4095 t0").ids == [5, 4095, 0]

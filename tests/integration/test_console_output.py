@@ -1,0 +1,160 @@
+"""Console output as a CI log gets it (stdout and stderr pipes): progress as plain lines, failure
+lines that fit a terminal, per-request flake counts after --repeat, every error as one `error: ...`
+line on stderr, and the matrix table whole in a pipe and on an 80-column terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from golden_cli import matrix_cmd, render
+from golden_cli.main import app
+from golden_cli.progress import ProgressLines
+from replay.golden.store import read_golden
+from tests.support import paths
+from tests.support.stub_server import StubConfig, StubServer
+
+SCENARIO = """groups = 2
+branches = 2
+prefix_len = 40
+suffix_len = 8
+turns = 2
+turn_suffix_len = 4
+max_new_tokens = 12
+top_k = 5
+"""
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("golden")
+    (d / "s.toml").write_text(SCENARIO)
+    with StubServer(StubConfig(radix=False)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", str(d / "s.toml"),
+                                  "--out", str(d / "s.zarr"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    return d / "s.zarr"
+
+
+def piped(*args: str) -> subprocess.CompletedProcess:
+    """`golden ARGS` with stdout and stderr pipes, as in a CI log."""
+    return subprocess.run([sys.executable, "-m", "golden_cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=paths.REPO,
+                          env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
+
+
+def drift_in_repeat(golden: Path, request_id: str, repeats: set[int]):
+    """A tamper that nudges one logprob of `request_id`'s answer in the given repeats."""
+    g = read_golden(golden)
+    target = g.input_ids(g.index(request_id)).tolist()
+    per_repeat = len(g.requests)
+
+    def tamper(n, ids, resp):
+        if ids == target and n // per_repeat in repeats:
+            row = resp["meta_info"]["output_token_logprobs"][3]
+            row[0] = float(row[0]) * (1 + 1e-12)
+        return resp
+    return tamper
+
+
+def test_progress_in_a_pipe_is_plain_lines_with_counts_and_eta(golden):
+    with StubServer(StubConfig()) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "--repeat", "3")
+    assert res.returncode == 0, res.stderr
+    total = 3 * len(read_golden(golden).requests)
+    lines = [l for l in res.stderr.splitlines() if l.startswith("replay s.zarr:")]
+    assert lines[-1].startswith(f"replay s.zarr: {total}/{total} done, 0 failed, ")
+    assert any(", ETA " in l for l in lines[:-1])
+    assert "\x1b[" not in res.stderr and "━" not in res.stderr  # no live bar, no escapes
+
+
+def test_progress_lines_come_every_tenth_or_every_interval_and_count_failures():
+    now = [0.0]
+    written: list[str] = []
+    lines = ProgressLines("replay g", 100, written.append, every_s=30, clock=lambda: now[0])
+    for i in range(25):
+        now[0] += 0.1
+        lines.tick("r", failed=i == 3)
+    assert len(written) == 2 and written[-1].startswith("replay g: 20/100 done, 1 failed, 2 s")
+    now[0] += 31
+    lines.tick("r")
+    assert written[-1].startswith("replay g: 26/100 done, 1 failed, 34 s elapsed, ETA ")
+
+
+def test_failure_lines_fit_a_terminal(golden):
+    with StubServer(StubConfig(tamper=drift_in_repeat(golden, "g0/b1/t1", {0}))) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "-q")
+    assert res.returncode == 1
+    [line] = [l for l in res.stdout.splitlines() if l.startswith("g0/b1/t1")]
+    assert line.startswith("g0/b1/t1#0 logprob_drift at 3: token ")
+    assert len(line) <= 100, line
+
+
+def test_flake_counts_per_request_after_repeat(golden):
+    with StubServer(StubConfig(tamper=drift_in_repeat(golden, "g1/b0/t1", {0, 2}))) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "--repeat", "3", "-q")
+    assert res.returncode == 1
+    assert "g1/b0/t1: failed 2/3 repeats (logprob_drift x2)" in res.stdout.splitlines()
+
+
+def test_a_replay_error_is_one_error_line_on_stderr_and_nothing_on_stdout(golden):
+    res = piped("replay", str(golden), "--server", "http://127.0.0.1:9", "-q")
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert [l for l in res.stderr.splitlines() if l.startswith("error: ")] != []
+    assert "ERROR" not in res.stderr
+
+
+# --- the matrix table ---------------------------------------------------------------------------
+
+LONG_NAMES = ["embedded-hicache-write-back", "embedded-hicache-layer-first",
+              "embedded-hicache-storage", "embedded-sglang-hicache"]
+
+
+def long_named_matrix() -> dict:
+    """The captured matrix report with profile names too long for 80 columns side by side."""
+    doc = json.loads((paths.DATA / "reports" / "matrix.json").read_text())
+    m = doc["matrix"]
+    renamed = dict(zip(m["profiles"], LONG_NAMES))
+    m["reports"] = {renamed[k]: v for k, v in m["reports"].items()}
+    m["verdicts"] = {renamed[k]: v for k, v in (m.get("verdicts") or {}).items()}
+    m["profiles"] = LONG_NAMES
+    return doc
+
+
+MATRIX = long_named_matrix()
+
+
+def printed(monkeypatch, console: Console) -> str:
+    monkeypatch.setattr(render, "out", console)
+    monkeypatch.setattr(render, "err", Console(file=io.StringIO()))
+    matrix_cmd.print_matrix(MATRIX)
+    return console.file.getvalue()
+
+
+def test_the_matrix_table_prints_whole_in_a_pipe(monkeypatch):
+    text = printed(monkeypatch, Console(file=io.StringIO(), width=80))
+    header = next(l for l in text.splitlines() if l.startswith("┃ request"))
+    for name in MATRIX["matrix"]["profiles"]:
+        assert name in header
+    assert "…" not in text
+
+
+def test_the_matrix_table_prints_whole_on_an_80_column_terminal(monkeypatch):
+    text = printed(monkeypatch, Console(file=io.StringIO(), width=80, force_terminal=True,
+                                        color_system=None))
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert "…" not in plain
+    assert max(len(l) for l in plain.splitlines() if "│" in l or "┃" in l) <= 80
+    for i, name in enumerate(MATRIX["matrix"]["profiles"], 1):
+        assert f"  {i} = {name}" in plain.splitlines()
