@@ -22,7 +22,9 @@ from replay.engine.config import get_config
 from replay.engine.faults import FAULTS
 from replay.engine.options import PROFILES, profile_options
 from replay.sglang_frontend.args import server_argv, server_env
-from replay.sglang_frontend.locate import install_hint, rebuild_hint, sglang_python
+from replay.sglang_frontend.locate import (
+    install_hint, named_venv_elsewhere, rebuild_hint, sglang_python,
+)
 from replay.sglang_frontend.model_dir import ARCHITECTURE, model_path, write_model_dir
 from replay.sglang_frontend.supervise import supervise
 
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if importlib.util.find_spec("sglang") is None:
+    if importlib.util.find_spec("sglang") is None or named_venv_elsewhere():
         reexec_with_sglang(argv)
     if not os.environ.get(SERVER_ENV):
         env = dict(os.environ, **{SERVER_ENV: "1"})

@@ -26,16 +26,27 @@ INSTALL = "bash scripts/install_sglang.sh"
 
 def sglang_python() -> str | None:
     """An interpreter with SGLang installed, or None: GOLDEN_SGLANG_PYTHON, else the venv of
-    install_sglang.sh once its install completed, else this interpreter if it imports sglang."""
+    install_sglang.sh once its install completed, else this interpreter if it imports sglang.
+    A venv named by GOLDEN_SGLANG_VENV is never replaced by another interpreter: if it is not
+    complete, there is none (and `install_hint` says so)."""
     given = os.environ.get(PYTHON_ENV)
     if given:
         return given
     venv_python = default_venv() / "bin" / "python"
     if venv_python.exists() and (default_venv() / STAMP).exists():
         return str(venv_python)
+    if os.environ.get(VENV_ENV):
+        return None
     if importlib.util.find_spec("sglang") is not None:
         return sys.executable
     return None
+
+
+def named_venv_elsewhere() -> bool:
+    """GOLDEN_SGLANG_VENV names a venv that is not the one this interpreter runs in: that venv
+    is the one to use (even if this interpreter also imports sglang)."""
+    named = os.environ.get(VENV_ENV)
+    return bool(named) and Path(sys.prefix).resolve() != Path(named).resolve()
 
 
 def install_hint() -> str:
