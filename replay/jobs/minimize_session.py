@@ -29,7 +29,8 @@ from replay.report.files import json_text, write_atomic
 from replay.jobs.minimize_output import MARKER, staged_out_dir
 from replay.jobs.repro_script import Secret, repro_sh
 from replay.utils.redact import argv_secrets, url_password
-from replay.jobs.session import known_secrets, replay_golden, secrets_scrubbed
+from replay.jobs.session import known_secrets, replay_golden
+from replay.utils.redact import scrubbed_errors
 from replay.server.target import ServerTarget
 
 SCHEMA = "golden-replay/minimize/1"
@@ -143,7 +144,7 @@ def minimize_golden(golden_path: Path, target: ServerTarget, out: Path,
     failing = read_failing_report(report, golden) if report else None
     say = progress or (lambda line: None)
     started, first = time.monotonic(), 0
-    with secrets_scrubbed(known_secrets(settings.client, target)), \
+    with scrubbed_errors(known_secrets(settings.client, target)), \
             staged_out_dir(out, force) as staging, target.serving(settings.client.api_key) as url:
         server = ServerTarget(url=url)
         if failing is None:

@@ -35,7 +35,7 @@ from replay.golden.meaning import check_meaning
 from replay.golden.store import content_checksum, read_golden, write_golden
 from replay.run.journal import Journal, journal_path
 from replay.run.recorder import RecordOptions, record, server_facts
-from replay.utils.redact import argv_secrets, scrub, url_secrets
+from replay.utils.redact import argv_secrets, scrub, scrubbed_errors, url_secrets
 from replay.run.replayer import ReplayOptions, replay
 from replay.report.document import RunSetup, report_dict
 from replay.golden.scenario import Plan
@@ -150,19 +150,6 @@ def known_secrets(client: ClientOptions, target: "ServerTarget") -> tuple[str, .
                              *argv_secrets(target.extra_args)) if s)
 
 
-@contextlib.contextmanager
-def secrets_scrubbed(secrets: tuple[str, ...]) -> Iterator[None]:
-    """Re-raise a GoldenError whose message holds a known secret (a launched server's log tail,
-    an echoing server) with the secret replaced."""
-    try:
-        yield
-    except GoldenError as exc:
-        clean = scrub(str(exc), secrets)
-        if clean == str(exc):
-            raise
-        raise type(exc)(clean) from None
-
-
 async def _replay(url: str, golden: Golden, name: str, options: ReplayOptions,
                   client: ClientOptions, api: str, tick: Tick | None) -> Any:
     async with connect(url, client, api) as conn:
@@ -222,7 +209,7 @@ def record_in_memory(plan: Plan, target: ServerTarget, options: RecordOptions = 
                      progress: ProgressBar | None = None, notify: Notify | None = None,
                      journal_at: Path | None = None, resume: bool = False) -> Golden:
     """Record `plan` against the target and return the golden without writing it."""
-    with secrets_scrubbed(known_secrets(client, target)), target.serving(client.api_key) as url:
+    with scrubbed_errors(known_secrets(client, target)), target.serving(client.api_key) as url:
         total = len(plan.requests) * options.check_determinism
         with _progress(progress, f"record {plan.spec.name}", total) as tick:
             return aio.run(_record(url, plan, options, client, api, tick, notify, journal_at,

@@ -25,9 +25,9 @@ from replay.run.compare import compare_goldens
 from replay.golden.store import read_golden, write_golden
 from replay.run.recorder import RecordOptions
 from replay.golden.scenario import ScenarioSpec, build_plan
-from replay.jobs.session import (known_secrets, record_connected, reference_warnings,
-                                 secrets_scrubbed)
+from replay.jobs.session import known_secrets, record_connected, reference_warnings
 from replay.server.target import ServerTarget
+from replay.utils.redact import scrubbed_errors
 
 UNCHANGED = "unchanged"
 CHANGED = "changed"
@@ -100,7 +100,7 @@ def update_goldens(directory: Path, target: ServerTarget | str, *,
         return results
 
     secrets = known_secrets(client_options or ClientOptions(), target)
-    with secrets_scrubbed(secrets), target.serving((client_options or ClientOptions()).api_key) as url:
+    with scrubbed_errors(secrets), target.serving((client_options or ClientOptions()).api_key) as url:
         return aio.run(go(url))
 
 
