@@ -5,10 +5,8 @@
 #
 # Where: a virtual environment of its own, ${GOLDEN_SGLANG_VENV:-~/.cache/golden-replay/sglang-venv},
 # that sees the environment golden-replay was installed into ($PYTHON, default python3: a venv or
-# the system's) and shadows only what SGLang needs newer. It is made with --system-site-packages
-# (the base interpreter's packages) and a .pth file that adds the user environment's site
-# directories after its own (a venv's packages, its editable installs), so the CPU torch, aiohttp,
-# pytest and golden-replay itself are the user's. SGLang 0.5.23 needs transformers 5.x, while the
+# the system's) and shadows only what SGLang needs newer (scripts/linked_venv.sh), so the CPU torch,
+# aiohttp, pytest and golden-replay itself are the user's. SGLang 0.5.23 needs transformers 5.x, while the
 # llama.cpp converter (scripts/build_llama_server.sh) pins transformers 4.57.6 in the system
 # environment, so one environment for both would reinstall one of them on every run.
 # torchvision is replaced by a stub (scripts/sglang_stubs/torchvision: SGLang imports it only for
@@ -36,13 +34,13 @@ PACKAGES=(
 )
 SGLANG="sglang==0.5.23"
 STAMP="$VENV/.golden-sglang-installed"
-USER_SITE_PTH="00-golden-user-env.pth"
+source scripts/linked_venv.sh
 
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
     echo "$VPY"
     exit 0
 fi
-FINGERPRINT="$("$PY" scripts/user_env.py fingerprint)" || {
+FINGERPRINT="$(user_env_fingerprint)" || {
     echo "install_sglang: $PY cannot run (set PYTHON to the interpreter golden-replay is installed in)" >&2; exit 2; }
 WANT="$SGLANG ${PACKAGES[*]} stub-1 pth-1 $FINGERPRINT"
 if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
@@ -58,12 +56,8 @@ fi
 TORCH="$("$PY" -c 'import torch; print(torch.__version__)')" || {
     echo "install_sglang: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 rm -f "$STAMP"  # a half-made venv must never look installed
-"$PY" -m venv --system-site-packages "$VENV"
-# The user environment's site directories, after the venv's own. Written before pip runs: pip then
-# counts what the user environment has as installed and fetches only what is missing or pinned
-# differently (what it installs here shadows the user's copy, which stays untouched).
-SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-"$PY" scripts/user_env.py pth > "$SITE/$USER_SITE_PTH"
+make_linked_venv "$VENV"
+SITE="$(venv_site "$VENV")"
 if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no SGLang
     echo "install_sglang: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
     exit 0

@@ -7,8 +7,11 @@
 # ops a Llama reaches (scripts/sglang_cpu/build_kernel.py), from the vendored source
 # (vendor/, Apache-2.0; no wheel or sdist exists) unless told otherwise.
 #
-# Where: ${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/sglang-cpu-venv}, a venv of its own made
-# with --system-site-packages (it shares the system's torch); the built kernel is cached in
+# Where: ${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/sglang-cpu-venv}, a venv of its own that
+# sees the environment golden-replay was installed into ($PYTHON, default python3: a venv or the
+# system's; scripts/linked_venv.sh), so the CPU torch and `python -m replay.sglang_cpu` are the
+# user's; its stamp holds a hash of that environment, so a changed one installs again (pip reuses
+# what is there, the kernel comes from its cache); the built kernel is cached in
 # ${GOLDEN_SGL_KERNEL_CACHE:-~/.cache/golden-replay/sgl-kernel-cpu}, keyed by its sources, flags,
 # torch and Python, so a second venv (or a second run) builds nothing.
 # Your own SGLang: GOLDEN_SGLANG_SRC=/path/to/sglang (a checkout: installs python/ editable and
@@ -17,7 +20,9 @@
 # tarball of the vendored layout.
 #
 # Safe to run again: a second run compares its stamp and exits at once. `--python` prints the
-# venv's interpreter. The tool itself never needs any of this. Needs gcc and libnuma-dev.
+# venv's interpreter; `--stamp` the stamp a complete install would record; `--link-only` makes the
+# venv and its .pth and stops (tests of the mechanism use it). The tool itself never needs any of
+# this. Needs gcc and libnuma-dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -45,27 +50,39 @@ else
     KERNEL_SRC="${GOLDEN_SGL_KERNEL_SRC:-}"
 fi
 STAMP="$VENV/.golden-sglang-cpu-installed"
+source scripts/linked_venv.sh
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is
     echo "$VPY"
     exit 0
 fi
+FINGERPRINT="$(user_env_fingerprint)" || {
+    echo "install_sglang_cpu: $PY cannot run (set PYTHON to the interpreter golden-replay is installed in)" >&2; exit 2; }
 
 TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null)" || {
     echo "install_sglang_cpu: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 # What the stamp covers: every input of the environment, the kernel's sources included.
 KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
-WANT="${SGLANG[*]} ${PACKAGES[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1"
+WANT="${SGLANG[*]} ${PACKAGES[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
+if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
+    echo "$WANT"
+    exit 0
+fi
 if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
     echo "install_sglang_cpu: already installed in $VENV ($(( $(date +%s) - START )) s)"
     exit 0
 fi
 
-"$PY" -m venv --system-site-packages "$VENV"
+rm -f "$STAMP"  # a half-made venv must never look installed
+make_linked_venv "$VENV"
+if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no SGLang
+    echo "install_sglang_cpu: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
+    exit 0
+fi
 CONSTRAINTS="$VENV/golden-constraints.txt"
 echo "torch==$TORCH" > "$CONSTRAINTS"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
-SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+SITE="$(venv_site "$VENV")"
 rm -rf "$SITE/torchvision"
 cp -r scripts/sglang_stubs/torchvision "$SITE/torchvision"
 
@@ -96,6 +113,7 @@ import sgl_kernel  # noqa: F401
 import sglang.srt.entrypoints.http_server  # noqa: F401
 from sglang.srt.managers import scheduler  # noqa: F401
 from sglang.srt.mem_cache.pool_host import mha  # noqa: F401
+import replay.sglang_cpu.patches  # noqa: F401  (the launcher the profiles run: golden-replay itself)
 assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
 for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
     getattr(torch.ops.sgl_kernel, op)

@@ -1,0 +1,139 @@
+"""The engine installers (scripts/install_sglang.sh, install_sglang_cpu.sh, install_vllm.sh) run
+from inside a virtualenv, how most people install a Python tool: each engine's venv sees the
+packages of the venv golden-replay was installed into, not only the base interpreter's (made from
+a venv, `--system-site-packages` alone gives the base's: SGLang's import then died on `No module
+named 'aiohttp'`, and `python -m replay.sglang_cpu` found no golden-replay), and each "already
+installed" stamp notices when that venv changes.
+
+The user venv is made with --system-site-packages (so torch is the base's, as on this machine) and
+holds two packages nobody else has: one installed plainly, one as an editable install does it (a
+.pth file pointing at a source folder). Each script makes its venv with `--link-only` (the venv
+and its view of the user environment, shared code in scripts/linked_venv.sh: seconds); the pip
+installs a full run adds on top are what scripts/test.sh runs, and the whole suite then runs on
+the venvs they make (docs/benchmarks.md#fresh-machine-set-up has a whole run from a virtualenv).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import paths
+
+PROBE = "import golden_probe_plain, golden_probe_editable; print('user venv visible')"
+
+
+@dataclass(frozen=True)
+class Installer:
+    script: str
+    venv_variable: str
+    stamp_file: str
+
+
+INSTALLERS = [
+    Installer("install_sglang.sh", "GOLDEN_SGLANG_VENV", ".golden-sglang-installed"),
+    Installer("install_sglang_cpu.sh", "GOLDEN_SGLANG_CPU_VENV", ".golden-sglang-cpu-installed"),
+    Installer("install_vllm.sh", "GOLDEN_VLLM_VENV", ".golden-vllm-installed"),
+]
+
+
+def base_python() -> str:
+    return getattr(sys, "_base_executable", sys.executable)
+
+
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def add_distribution(site: Path, name: str, version: str = "1.0") -> None:
+    """What pip leaves for a plain install: the module and its dist-info."""
+    (site / f"{name}.py").write_text("")
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def install(installer: Installer, user_python: Path, engine_venv: Path,
+            *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": str(user_python), installer.venv_variable: str(engine_venv)}
+    env.pop("VIRTUAL_ENV", None)
+    return subprocess.run(["bash", str(paths.REPO / "scripts" / installer.script), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def user_venv(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("user-venv")
+    venv = root / "venv"
+    subprocess.run([base_python(), "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    site = site_packages(venv)
+    add_distribution(site, "golden_probe_plain")
+    source = root / "src"
+    source.mkdir()
+    (source / "golden_probe_editable.py").write_text("")
+    (site / "__editable__.golden_probe_editable-1.0.pth").write_text(f"{source}\n")
+    return venv
+
+
+@pytest.fixture(scope="module", params=INSTALLERS, ids=lambda i: i.script)
+def installer(request) -> Installer:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def linked(installer, user_venv, tmp_path_factory) -> Path:
+    engine_venv = tmp_path_factory.mktemp("engine") / "venv"
+    result = install(installer, user_venv / "bin" / "python", engine_venv, "--link-only")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return engine_venv
+
+
+def run_in(venv: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True,
+                          text=True)
+
+
+def test_the_engine_venv_sees_the_user_venvs_packages_and_editable_installs(linked):
+    probe = run_in(linked, PROBE)
+    assert probe.stdout.strip() == "user venv visible", probe.stderr
+
+
+def test_the_engine_venv_sees_the_base_interpreters_torch(linked):
+    probe = run_in(linked, "import torch; print(torch.__version__)")
+    assert probe.returncode == 0, probe.stderr
+
+
+def test_the_engine_venvs_own_site_packages_come_before_the_user_venvs(linked, user_venv):
+    """What the engine's venv installs (transformers 5.x) shadows the user environment's copy."""
+    probe = run_in(linked, "import sys, sysconfig; print(sys.path.index(sysconfig.get_paths()"
+                           f"['purelib']) < sys.path.index({str(site_packages(user_venv))!r}))")
+    assert probe.stdout.strip() == "True", probe.stderr
+
+
+def test_the_stamp_names_the_user_venv(installer, user_venv, tmp_path):
+    wanted = install(installer, user_venv / "bin" / "python", tmp_path / "unused", "--stamp")
+    assert wanted.returncode == 0, wanted.stderr
+    assert f"env={user_venv} " in wanted.stdout
+
+
+def test_a_change_in_the_user_venv_changes_the_stamp(installer, user_venv, tmp_path):
+    """The "already installed" check compares this stamp with the one the install recorded."""
+    python = user_venv / "bin" / "python"
+    before = install(installer, python, tmp_path / "unused", "--stamp").stdout
+    later = "golden_probe_later_" + installer.script.removesuffix(".sh")  # one per installer
+    add_distribution(site_packages(user_venv), later, "2.0")
+    after = install(installer, python, tmp_path / "unused", "--stamp").stdout
+    assert before and after and before != after
+
+
+def test_a_recorded_stamp_that_matches_is_already_installed(installer, linked, user_venv):
+    stamp = install(installer, user_venv / "bin" / "python", linked, "--stamp").stdout
+    (linked / installer.stamp_file).write_text(stamp)
+    again = install(installer, user_venv / "bin" / "python", linked)
+    assert again.returncode == 0 and "already installed" in again.stdout
