@@ -67,7 +67,8 @@ def matrix(
 def print_matrix(doc: dict[str, Any]) -> None:
     """The request x profile table, whole (in a pipe at full width; on a terminal too narrow for
     the profile names, with numbered columns and a legend), one line per failing request, the
-    requests that failed in some repeats, one verdict line per profile and the matrix verdict. A profile's error is one
+    requests that failed in some repeats, the command that reruns each profile that did not
+    pass, one verdict line per profile and the matrix verdict (last). A profile's error is one
     `error: PROFILE: ...` line on stderr."""
     from golden_cli import render
     from replay.report.views import flake_lines
@@ -87,6 +88,9 @@ def print_matrix(doc: dict[str, Any]) -> None:
     for name in names:
         for line in flake_lines(reports[name]):
             render.out.print(f"{name}: {line}", markup=False)
+    for name in names:
+        if reports[name]["verdict"] != "pass" and reports[name].get("rerun"):
+            render.out.print(f"rerun {name}: {reports[name]['rerun']}", markup=False)
     for name, line in zip([*names, None], verdict_lines(doc)):
         if name is not None and reports[name]["verdict"] == "error":
             render.err.print(f"error: {name}: {reports[name]['error']}", markup=False)

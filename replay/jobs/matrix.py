@@ -4,7 +4,9 @@ Each profile gets its own server (started by `replay.server.launch.launched`, st
 one starts, so they never compete for the accelerator) and its own ordinary replay report. The
 matrix document wraps those reports; its verdict is the worst of them (error > fail > pass). A
 profile whose server cannot start is an `error` report for that profile only: the other
-configurations still run and still say something.
+configurations still run and still say something. Each profile's report carries `rerun`: the
+one `golden replay` command line that replays that profile alone, as the matrix did (secrets as
+environment references), so a failing cell is one copy-paste from a local repro.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
 from replay.report.document import SCHEMA, report_dict
 from replay.report.views import junit_xml
+from replay.jobs.repro_script import rerun_command
 from replay.jobs.session import ProgressBar, load_golden, replay_golden, run_setup
 
 Notify = Callable[[str], None]
@@ -61,6 +64,8 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
                                           policy=str(options.policy), error=str(exc),
                                           setup=run_setup(target, options, shard))
             reports[p.name]["profile"] = p.name
+            reports[p.name]["rerun"] = rerun_command(golden_name, target, options, copts,
+                                                     api=api, shard=shard)
         return matrix_document(golden_name, options, profiles, reports, shard)
     for target, p in zip(targets, profiles):
         log_path = target.log_path(p)
@@ -70,6 +75,7 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
                             name=golden_name)
         doc["profile"] = p.name
         doc["server_log"] = str(log_path)
+        doc["rerun"] = rerun_command(golden_name, target, options, copts, api=api, shard=shard)
         reports[p.name] = doc
         if notify:
             notify(f"{p.name}: {doc['verdict']}")

@@ -27,8 +27,7 @@ from replay.run.replayer import ReplayOptions, replay_argv
 from replay.report.document import SCHEMA as REPORT_SCHEMA
 from replay.report.files import json_text, write_atomic
 from replay.jobs.minimize_output import MARKER, staged_out_dir
-from replay.jobs.repro_script import Secret, repro_sh
-from replay.utils.redact import argv_secrets, url_password
+from replay.jobs.repro_script import repro_sh, script_secrets
 from replay.jobs.session import known_secrets, replay_golden
 from replay.utils.redact import scrubbed_errors
 from replay.server.target import ServerTarget
@@ -253,38 +252,11 @@ def minimize_record(golden: Golden, golden_path: Path, target: ServerTarget,
 def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Result,
                  failure: Failure) -> str:
     """repro.sh (replay/jobs/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
-    if target.url is not None:
-        default = ["--server", target.url]
-    else:
-        default = ["--launch", str(target.profile)]
-        default += ["--model", target.model] if target.model else []
-        default += ["--fault", target.fault] if target.fault else []
-        default += ["--attention-backend", target.attention_backend] \
-            if target.attention_backend else []
-        default += [f"--server-arg={a}" for a in target.extra_args]
     c = result.final
     final = replace(settings.options, schedule=c.schedule, repeat=c.repeat)
     options = ["--api", settings.api, *replay_argv(final), "--concurrency", str(c.concurrency)]
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
-    return repro_sh(default, options, secrets=script_secrets(target, settings.client),
+    return repro_sh(target.argv(), options, secrets=script_secrets(target, settings.client),
                     summary=f"Reruns the minimized replay: {len(c.keep)} request(s) that fail "
                             f"with {failure}{flaky}.")
-
-
-def script_secrets(target: ServerTarget, client: ClientOptions) -> list[Secret]:
-    """Every secret the script's words may contain, each with the variable it is read from:
-    golden's own keys, a URL's password, the values of secret-named `--server-arg`s."""
-    secrets = [Secret(client.api_key, "GOLDEN_API_KEY", "the --api-key given to golden")] \
-        if client.api_key else []
-    if client.admin_api_key:
-        secrets.append(Secret(client.admin_api_key, "GOLDEN_ADMIN_API_KEY",
-                              "the --admin-api-key given to golden"))
-    password = url_password(target.url) if target.url else None
-    if password:
-        secrets.append(Secret(password, "GOLDEN_SERVER_PASSWORD", "the password in --server"))
-    known = {s.value for s in secrets}
-    others = [v for v in argv_secrets(list(target.extra_args)) if v not in known]
-    secrets += [Secret(v, f"GOLDEN_SECRET_{n}", f"secret value #{n} of the --server-args")
-                for n, v in enumerate(others, 1)]
-    return secrets

@@ -1,4 +1,5 @@
-"""repro.sh: a POSIX sh script that reruns `golden replay` from argv lists, every word quoted.
+"""Shell words that rerun `golden replay`: repro.sh (a POSIX sh script, `golden minimize`) and the
+one-line rerun command of a matrix profile, both from argv lists, every word quoted.
 
 Every word written into the script goes through one function, `sh_word`: a literal is
 single-quoted (`shlex.quote`), so a newline, `$(...)`, a backquote or a quote in a model name, a
@@ -14,6 +15,11 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from replay.run.replayer import ReplayOptions, replay_argv
+from replay.server.target import ServerTarget
+from replay.server.transport import ClientOptions
+from replay.utils.redact import argv_secrets, url_password
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -84,3 +90,32 @@ case "${{1:-}}" in
 esac
 exec ${{GOLDEN:-golden}} replay "$here/golden.zarr" {sh_words(replay_options, secrets)} "$@"
 """
+
+
+def script_secrets(target: ServerTarget, client: ClientOptions) -> list[Secret]:
+    """Every secret the script's words may contain, each with the variable it is read from:
+    golden's own keys, a URL's password, the values of secret-named `--server-arg`s."""
+    secrets = [Secret(client.api_key, "GOLDEN_API_KEY", "the --api-key given to golden")] \
+        if client.api_key else []
+    if client.admin_api_key:
+        secrets.append(Secret(client.admin_api_key, "GOLDEN_ADMIN_API_KEY",
+                              "the --admin-api-key given to golden"))
+    password = url_password(target.url) if target.url else None
+    if password:
+        secrets.append(Secret(password, "GOLDEN_SERVER_PASSWORD", "the password in --server"))
+    known = {s.value for s in secrets}
+    others = [v for v in argv_secrets(list(target.extra_args)) if v not in known]
+    secrets += [Secret(v, f"GOLDEN_SECRET_{n}", f"secret value #{n} of the --server-args")
+                for n, v in enumerate(others, 1)]
+    return secrets
+
+
+def rerun_command(golden: str, target: ServerTarget, options: ReplayOptions, client: ClientOptions,
+                  *, api: str = "auto", shard: str | None = None) -> str:
+    """One shell line that replays `golden` against `target` as this run did (a matrix profile's
+    `rerun`): every replay option, the API, the concurrency and the shard; secrets as references
+    to their environment variables (script_secrets), so the line is safe to print and store."""
+    argv = ["golden", "replay", golden, *target.argv(), "--api", api, *replay_argv(options),
+            "--concurrency", str(client.concurrency)]
+    argv += ["--shard", shard] if shard else []
+    return sh_words(argv, script_secrets(target, client))

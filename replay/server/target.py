@@ -59,6 +59,18 @@ class ServerTarget:
         extra += [f"attention_backend={self.attention_backend}"] if self.attention_backend else []
         return " ".join([self.label, *extra])
 
+    def argv(self) -> list[str]:
+        """The command-line options that name this server to `golden` (`--server URL`, or
+        `--launch PROFILE` with its launch fields): what a rerun command or repro.sh passes.
+        Secrets stay in the words; the shell writer replaces them (replay/jobs/repro_script.py)."""
+        if self.url is not None:
+            return ["--server", self.url]
+        argv = ["--launch", str(self.profile)]
+        argv += ["--model", self.model] if self.model else []
+        argv += ["--fault", self.fault] if self.fault else []
+        argv += ["--attention-backend", self.attention_backend] if self.attention_backend else []
+        return argv + [f"--server-arg={a}" for a in self.extra_args]
+
     def launch_profile(self) -> "LaunchProfile":
         """The profile, loaded and checked against the launch fields (a missing --model, a
         fault it cannot take): a UsageError before anything starts."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -105,6 +106,29 @@ def test_a_profiles_error_is_one_error_line_on_stderr(cli_run):
     assert any(line.startswith("error: broken: launch profile 'broken'")
                for line in result.stderr.splitlines())
     assert not any(line.startswith("broken:") for line in result.stdout.splitlines())
+
+
+def test_each_profile_report_carries_the_command_that_replays_it_alone(cli_run, tmp_path,
+                                                                        monkeypatch):
+    from golden_cli.main import app
+
+    _, doc, _, _ = cli_run
+    rerun = doc["matrix"]["reports"]["drift"]["rerun"]
+    words = shlex.split(rerun)
+    assert words[:3] == ["golden", "replay", doc["golden"]]
+    monkeypatch.chdir(tmp_path)  # the rerun's server log goes to ./golden-logs
+    again = runner.invoke(app, [*words[1:], "--report", str(tmp_path / "r.json"), "-q"])
+    assert again.exit_code == 1, again.output
+    replayed = json.loads((tmp_path / "r.json").read_text())
+    assert replayed["summary"]["requests_failed"] == 8
+
+
+def test_the_console_gives_the_rerun_of_each_profile_that_did_not_pass(cli_run):
+    result, doc, _, _ = cli_run
+    reruns = [line for line in result.stdout.splitlines() if line.startswith("rerun ")]
+    reports = doc["matrix"]["reports"]
+    assert reruns == [f"rerun broken: {reports['broken']['rerun']}",
+                      f"rerun drift: {reports['drift']['rerun']}"]
 
 
 def test_request_by_profile_table(cli_run):

@@ -16,7 +16,8 @@ import pytest
 
 from replay.jobs.minimize import Candidate, Judgement, Result
 from replay.jobs.minimize_session import Failure, MinimizeSettings, repro_script
-from replay.jobs.repro_script import Secret, sh_word
+from replay.jobs.repro_script import Secret, rerun_command, sh_word
+from replay.run.replayer import ReplayOptions
 from replay.server.target import ServerTarget
 from replay.server.transport import ClientOptions
 
@@ -114,3 +115,18 @@ def test_a_server_url_given_to_the_script_replaces_the_default(tmp_path):
                          "http://127.0.0.1:1/$(touch PWNED)", "--report", "r.json")
     assert argv[-4:] == ["--server", "http://127.0.0.1:1/$(touch PWNED)", "--report", "r.json"]
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_matrix_rerun_command_holds_no_secret_and_runs_the_same_argv(tmp_path):
+    target = ServerTarget(profile="sglang-hicache", model="$(touch PWNED)",
+                          extra_args=(f"--api-key={KEY}",))
+    line = rerun_command("g.zarr", target, ReplayOptions(repeat=2), ClientOptions(api_key=KEY),
+                         api="sglang", shard="1/2")
+    assert KEY not in line
+    script = line.replace("golden replay", "exec ${GOLDEN} replay", 1) + "\n"
+    argv, proc = run_script(tmp_path, script, env={"GOLDEN_API_KEY": KEY, "GOLDEN_SECRET_1": KEY})
+    assert proc.returncode == 0, proc.stderr
+    assert argv[:6] == ["replay", "g.zarr", "--launch", "sglang-hicache", "--model",
+                        "$(touch PWNED)"]
+    assert f"--server-arg=--api-key={KEY}" in argv and argv[-2:] == ["--shard", "1/2"]
+    assert argv[argv.index("--repeat") + 1] == "2" and not (tmp_path / "PWNED").exists()
