@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from golden_cli.main import app
+from tests.support.goldens import record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 
 ONE_TURN = """groups = 2
@@ -30,13 +31,7 @@ NEVER_HITS = StubConfig(radix=False, extra_server_info={"disable_radix_cache": F
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
     """Only turn-0 requests: no request has a hit rule of its own."""
-    d = tmp_path_factory.mktemp("golden")
-    (d / "s.toml").write_text(ONE_TURN)
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", str(d / "s.toml"),
-                                  "--out", str(d / "s.zarr"), "--quiet"])
-    assert res.exit_code == 0, res.output
-    return d / "s.zarr"
+    return record_scenario(tmp_path_factory.mktemp("golden"), ONE_TURN)
 
 
 def replay(golden: Path, tmp_path: Path, config: StubConfig, *extra: str):

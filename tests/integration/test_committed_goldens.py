@@ -2,7 +2,6 @@
 engine's `reference` profile) is sound, and replays bit for bit, with real cache hits, against a
 real `hicache` engine process (host tier, tight device pool, overlap scheduling)."""
 
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -17,33 +17,18 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from golden_cli import matrix_cmd, render
-from golden_cli.main import app
 from golden_cli.progress import ProgressLines
 from replay.golden.store import read_golden
 from tests.support import paths
+from tests.support.goldens import SMALL_TREE, record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 
-SCENARIO = """groups = 2
-branches = 2
-prefix_len = 40
-suffix_len = 8
-turns = 2
-turn_suffix_len = 4
-max_new_tokens = 12
-top_k = 5
-"""
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("golden")
-    (d / "s.toml").write_text(SCENARIO)
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", str(d / "s.toml"),
-                                  "--out", str(d / "s.zarr"), "--quiet"])
-    assert res.exit_code == 0, res.output
-    return d / "s.zarr"
+    return record_scenario(tmp_path_factory.mktemp("golden"), SMALL_TREE)
 
 
 def piped(*args: str) -> subprocess.CompletedProcess:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from golden_cli.main import app
 from replay.golden.store import attrs_sha256, read_golden, verify_golden, write_golden
+from tests.support.goldens import record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 from tests.support import paths
 
@@ -25,12 +26,7 @@ ROOT = paths.REPO
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("g") / "deep.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "deep",
-                                  "--out", str(out), "-q"])
-    assert res.exit_code == 0, res.output
-    return out
+    return record_scenario(tmp_path_factory.mktemp("g"), "deep", "deep")
 
 
 def rewritten(golden: Path, tmp_path: Path, change) -> Path:

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from golden_cli.main import app
+from tests.support.goldens import record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 
 runner = CliRunner()
@@ -16,12 +17,7 @@ SECRET = "sk-test-0123456789abcdef"
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("g") / "single.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "deep",
-                                  "--out", str(out), "-q"])
-    assert res.exit_code == 0, res.output
-    return out
+    return record_scenario(tmp_path_factory.mktemp("g"), "deep", "deep")
 
 
 def replay(golden: Path, config: StubConfig, *extra: str, env=None):

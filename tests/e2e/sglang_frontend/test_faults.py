@@ -9,7 +9,6 @@ One front end per fault (25-90 s to start on 2 cores, plus the replay). Needs SG
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -13,7 +13,6 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 

@@ -13,6 +13,7 @@ from replay.golden.store import read_golden
 from replay.run.journal import journal_path
 from replay.run.replayer import ReplayOptions
 from replay.golden.scenario import ScenarioSpec, build_plan
+from tests.support.goldens import record_spec
 from tests.support.stub_server import StubConfig, StubServer
 
 SPEC = ScenarioSpec(name="tiny", groups=2, branches=2, prefix_len=24, suffix_len=4, turns=1,
@@ -21,10 +22,7 @@ SPEC = ScenarioSpec(name="tiny", groups=2, branches=2, prefix_len=24, suffix_len
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("session") / "tiny.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        session.record_golden(build_plan(SPEC), out, session.ServerTarget(url=stub.url))
-    return out
+    return record_spec(tmp_path_factory.mktemp("session"), SPEC)
 
 
 def test_record_golden_writes_the_golden_and_removes_its_journal(golden):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from replay.jobs import session
@@ -13,7 +12,8 @@ from replay.judge.cache_check import CacheExpectation
 from replay.server.transport import ClientOptions
 from replay.golden.store import read_golden
 from replay.run.replayer import ReplayOptions, judge, retraction_lag
-from replay.golden.scenario import ScenarioSpec, build_plan
+from replay.golden.scenario import ScenarioSpec
+from tests.support.goldens import record_spec
 from tests.support.stub_server import StubConfig, StubServer
 
 SPEC = ScenarioSpec(name="fid", groups=1, branches=2, prefix_len=40, suffix_len=4, turns=1,
@@ -22,10 +22,7 @@ SPEC = ScenarioSpec(name="fid", groups=1, branches=2, prefix_len=40, suffix_len=
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fidelity") / "fid.zarr"
-    with StubServer(StubConfig(radix=False)) as stub:
-        session.record_golden(build_plan(SPEC), out, session.ServerTarget(url=stub.url))
-    return out
+    return record_spec(tmp_path_factory.mktemp("fidelity"), SPEC)
 
 
 def _replay(golden: Path, config: StubConfig, **kwargs):
