@@ -24,17 +24,11 @@ PY="${PYTHON:-python3}"
 VENV="${GOLDEN_SGLANG_VENV:-$HOME/.cache/golden-replay/sglang-venv}"
 VPY="$VENV/bin/python"
 
-# Exactly what the front end imports (found by importing sglang.srt.entrypoints.http_server,
-# the tokenizer and detokenizer managers until nothing was missing), pinned where SGLang pins.
-PACKAGES=(
-    "transformers==5.19.0" "compressed-tensors==0.18.0" "xgrammar==0.2.7" "openai==2.8.0"
-    "apache-tvm-ffi==0.1.11" "soundfile==0.13.1" "fastapi" "uvicorn" "uvloop" "python-multipart"
-    "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
-    "partial-json-parser"
-)
-SGLANG="sglang==0.5.23"
-STAMP="$VENV/.golden-sglang-installed"
+source scripts/sglang_pins.sh  # SGLANG_PIN and exactly what the front end imports
 source scripts/linked_venv.sh
+PACKAGES=("${SGLANG_FRONTEND_PACKAGES[@]}")
+SGLANG="$SGLANG_PIN"
+STAMP="$VENV/.golden-sglang-installed"
 
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
     echo "$VPY"

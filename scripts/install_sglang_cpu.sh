@@ -33,20 +33,18 @@ KERNEL_CACHE="${GOLDEN_SGL_KERNEL_CACHE:-$HOME/.cache/golden-replay/sgl-kernel-c
 TARBALL="${GOLDEN_SGL_KERNEL_TARBALL:-$(pwd)/vendor/sgl-kernel-cpu-src-44806dc50.tar.gz}"
 TARBALL_PREFIX="python/sglang/kernels/aot"
 
-# The front end's packages (scripts/install_sglang.sh), plus ninja for the kernel build and what
+# The front end's packages (scripts/sglang_pins.sh), plus ninja for the kernel build and what
 # the scheduler side imports (metrics, hashing, grammar backends).
+source scripts/sglang_pins.sh
 PACKAGES=(
-    "transformers==5.19.0" "compressed-tensors==0.18.0" "xgrammar==0.2.7" "openai==2.8.0"
-    "apache-tvm-ffi==0.1.11" "soundfile==0.13.1" "fastapi" "uvicorn" "uvloop" "python-multipart"
-    "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
-    "partial-json-parser" "ninja" "prometheus-client" "orjson" "xxhash" "interegular"
+    "${SGLANG_FRONTEND_PACKAGES[@]}" "ninja" "prometheus-client" "orjson" "xxhash" "interegular"
     "llguidance>=1.7.6,<2" "zstandard"
 )
 if [ -n "${GOLDEN_SGLANG_SRC:-}" ]; then
     SGLANG=(-e "$GOLDEN_SGLANG_SRC/python")
     KERNEL_SRC="${GOLDEN_SGL_KERNEL_SRC:-$GOLDEN_SGLANG_SRC/python/sglang/kernels/aot}"
 else
-    SGLANG=("sglang==0.5.23")
+    SGLANG=("$SGLANG_PIN")
     KERNEL_SRC="${GOLDEN_SGL_KERNEL_SRC:-}"
 fi
 STAMP="$VENV/.golden-sglang-cpu-installed"

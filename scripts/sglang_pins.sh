@@ -1,0 +1,12 @@
+# Sourced by install_sglang.sh (the front end) and install_sglang_cpu.sh (the real server on a
+# CPU): the SGLang both install, and exactly what its HTTP front end imports (found by importing
+# sglang.srt.entrypoints.http_server, the tokenizer and detokenizer managers until nothing was
+# missing), pinned where SGLang pins. SGLang itself goes in with --no-deps: its own pins would
+# pull the CUDA torch.
+SGLANG_PIN="sglang==0.5.23"
+SGLANG_FRONTEND_PACKAGES=(
+    "transformers==5.19.0" "compressed-tensors==0.18.0" "xgrammar==0.2.7" "openai==2.8.0"
+    "apache-tvm-ffi==0.1.11" "soundfile==0.13.1" "fastapi" "uvicorn" "uvloop" "python-multipart"
+    "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
+    "partial-json-parser"
+)
