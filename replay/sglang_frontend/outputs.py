@@ -5,6 +5,9 @@ DetokenizerManager and TokenizerManager expect: a request is sent when it finish
 `stream_interval` tokens when streaming (the first token at once), and otherwise every
 SGLANG_FORCE_STREAM_INTERVAL (50) tokens; each chunk carries only what is new (token ids, logprobs)
 and the detokenizer's `decode_ids` start with the last <= 5 prompt tokens on the first chunk.
+Prompt logprobs go once, in the first chunk (the prefill is done by then), in the engine's own
+server's form: `[None] + logprobs` for the prompt tokens from `logprob_start_len` (nothing before
+the first one was scored), top-k rows the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Tracked:
     no_stop_trim: bool
     sent_tokens: int = 0  # output tokens already sent
     sent_decode_ids: bool = False  # the first chunk (with prompt context) went out
+    sent_input_logprobs: bool = False  # prompt logprobs (first chunk only) went out
     abort: dict[str, Any] | None = None  # finish reason of an abort waiting to be sent
     done: bool = False  # its finishing chunk went out
 
@@ -63,6 +67,23 @@ class Tracked:
             return unsent > 0 and (self.stream_interval == 1 or unsent >= self.stream_interval
                                    or self.sent_tokens == 0)
         return produced > 0 and produced % force_interval == 0 and produced > self.sent_tokens
+
+
+PROMPT_FIELDS = ("input_token_logprobs_val", "input_token_logprobs_idx", "input_top_logprobs_val",
+                 "input_top_logprobs_idx")
+EMPTY_PROMPT: tuple[list, list, list, list] = ([], [], [], [])
+
+
+def prompt_logprobs(r: Tracked) -> tuple[list, list, list, list]:
+    """The request's prompt logprobs as PROMPT_FIELDS (empty when none were asked)."""
+    seq = r.seq
+    if not (r.return_logprob and seq.wants_prompt_logprobs):
+        return EMPTY_PROMPT
+    ids = list(seq.input_ids[seq.logprob_start_len:])
+    if r.top_logprobs_num <= 0:
+        return [None, *seq.input_logprobs], ids, [], []
+    return ([None, *seq.input_logprobs], ids, [None, *(list(v) for _, v in seq.input_top)],
+            [None, *(list(i) for i, _ in seq.input_top)])
 
 
 def cached_details(tiers: CachedTokens, cached: int, hierarchical: bool,
@@ -139,11 +160,13 @@ class StepOutputBuilder:
             f["weight_versions"].append(
                 compute_weight_version_spans([], self.weight_version, end) if r.finished else None)
             if any_logprob:
-                for name in ("input_token_logprobs_val", "input_token_logprobs_idx",
-                             "input_top_logprobs_val", "input_top_logprobs_idx",
-                             "input_token_ids_logprobs_val", "input_token_ids_logprobs_idx",
+                for name in ("input_token_ids_logprobs_val", "input_token_ids_logprobs_idx",
                              "output_token_ids_logprobs_val", "output_token_ids_logprobs_idx"):
                     lp[name].append([])
+                prompt = prompt_logprobs(r) if not r.sent_input_logprobs else EMPTY_PROMPT
+                r.sent_input_logprobs = True
+                for name, values in zip(PROMPT_FIELDS, prompt):
+                    lp[name].append(values)
                 if r.return_logprob:
                     lp["output_token_logprobs_val"].append(list(seq.output_logprobs[start:end]))
                     lp["output_token_logprobs_idx"].append(new_ids)

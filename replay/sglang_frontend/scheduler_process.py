@@ -9,8 +9,10 @@ would (sockets as in `scheduler_components/ipc_channels.py`):
 - GetInternalStateReq, FlushCacheReqInput (busy and deferred `timeout_s` semantics as in
   `flush_wrapper.py`), AbortReq (queued: answered at once; running: finished as aborted at its
   next step), anything else ignored.
-A request the engine cannot honour (sampling, prompt logprobs, stop strings, ...) is rejected with a
-400 abort naming the field, never served approximately.
+Prompt logprobs (`return_logprob` with `logprob_start_len` >= 0) and `extra_key` (the cache salt)
+go to the engine as its own HTTP server gives them (the reused prefix capped at the start, reuse
+only between equal keys). A request the engine cannot honour (sampling, stop strings, token-id
+logprobs, ...) is rejected with a 400 abort naming the field, never served approximately.
 
 Threads: the main thread owns the input socket and the control-reply socket; the engine thread owns
 the output socket (it is the only one that sends chunks). `lock` guards the request table.
@@ -75,9 +77,6 @@ def _check_request(req: TokenizedGenerateReqInput) -> None:
             raise Rejected(f"sampling_params.{name} is not supported by the embedded engine")
     if sp.stop_strs or sp.stop_token_ids or getattr(sp, "stop_regex_strs", None):
         raise Rejected("stop strings and stop token ids are not supported by the embedded engine")
-    if req.return_logprob and req.logprob_start_len != -1:
-        raise Rejected("logprob_start_len must be -1: prompt logprobs are not supported "
-                       "(they would force recomputing the prompt and defeat the cache)")
     if req.token_ids_logprob:
         raise Rejected("token_ids_logprob is not supported by the embedded engine")
     if req.input_embeds is not None or req.mm_inputs is not None:
@@ -186,15 +185,17 @@ class EngineScheduler:
     def add(self, req: TokenizedGenerateReqInput) -> None:
         ids = list(req.input_ids or [])
         sp = req.sampling_params
+        start = req.logprob_start_len if req.return_logprob else -1
         try:
             _check_request(req)
-            self.engine.check(ids, sp.max_new_tokens)
+            self.engine.check(ids, sp.max_new_tokens, start)
         except ValueError as exc:  # Rejected and the engine's own checks
             self.reply(AbortReq(rid=req.rid, finished_reason=_abort_reason(str(exc), 400)), req)
             return
         with self.lock:
             top_k = req.top_logprobs_num if req.return_logprob else 0
-            seq = self.engine.submit(ids, sp.max_new_tokens, top_k, self._on_finish)
+            seq = self.engine.submit(ids, sp.max_new_tokens, top_k, self._on_finish,
+                                     logprob_start_len=start, extra_key=req.extra_key)
             tracked = Tracked(
                 rid=req.rid, http_worker_ipc=req.http_worker_ipc, seq=seq,
                 return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num,
