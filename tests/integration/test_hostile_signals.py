@@ -21,6 +21,7 @@ from replay.server.process_group import group_members
 from tests.data.fake_servers.helpers import FAKE_DIR, fake_profile
 from tests.support.goldens import record_single
 from tests.support import paths
+from tests.support.signals import sigint_as_from_a_terminal
 
 ROOT = paths.REPO
 
@@ -43,7 +44,7 @@ def start_golden(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_as_from_a_terminal)
 
 
 def wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
@@ -120,7 +121,8 @@ def start_golden_after_site(*args: str) -> subprocess.Popen:
     script = "import sys; from golden_cli.entry import main; sys.exit(main())"
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", script, *args], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
     lines: list[str] = []
     site_done = threading.Event()
 
@@ -143,12 +145,12 @@ def test_ctrl_c_while_golden_itself_starts_is_one_line_and_exit_2(golden, delay)
     of the command): the one line and exit 2, never exit 130 in silence nor a traceback."""
     proc = start_golden_after_site("replay", str(golden), "--server", "http://127.0.0.1:9", "-q")
     time.sleep(delay)
+    if proc.poll() is not None:  # a timing condition on a fast machine, not a missing component
+        pytest.skip(f"golden had already finished within {delay} s, before the signal")
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     time.sleep(0.2)  # the drain thread reads the last lines
     err = [ln for ln in proc.lines if not ln.startswith("import time:")]
-    if proc.returncode == 2 and not any("interrupted" in ln for ln in err):
-        pytest.skip(f"golden had already finished after {delay} s: {''.join(err).strip()}")
     assert proc.returncode == 2, "".join(err)
     assert "".join(err).strip() == "error: interrupted (Ctrl-C)"
 

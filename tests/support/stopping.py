@@ -21,6 +21,7 @@ from pathlib import Path
 
 from replay.server.listener import descendants
 from tests.support import paths
+from tests.support.signals import sigint_as_from_a_terminal
 
 # Long enough to be still recording when the first progress line comes; token ids below 2048 fit
 # every tiny model's vocabulary (SGLang CPU's 4096, the HF ones' 2048).
@@ -83,7 +84,8 @@ def record_and_signal(work: Path, profile: str, model: str, sig: signal.Signals,
             [sys.executable, "-m", "golden_cli", "record", "--launch", profile, "--model", model,
              "--scenario", str(scenario), "--out", str(work / "out.zarr"), "--concurrency", "1",
              "--log-dir", str(work / "logs")],
-            cwd=paths.REPO, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+            cwd=paths.REPO, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            preexec_fn=sigint_as_from_a_terminal)
     tree: frozenset[int] = frozenset()
     commands: tuple[str, ...] = ()
     try:
