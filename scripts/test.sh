@@ -10,7 +10,8 @@
 # in $GOLDEN_TEST_LOGS (default: a temp dir), then the tests. A step that fails prints one line
 # naming its log; its tests then skip (each skip names the command that brings its component) and
 # this script exits 1 even if every test passed. Another installer is one more `start_step` line.
-# Timings from nothing: docs/benchmarks.md#fresh-machine-set-up.
+# Timings from nothing, in a virtualenv: docs/benchmarks.md#the-readmes-two-commands-from-nothing-in-a-virtualenv
+# (scripts/bench_fresh_machine.sh makes such a run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"

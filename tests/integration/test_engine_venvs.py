@@ -10,7 +10,7 @@ holds two packages nobody else has: one installed plainly, one as an editable in
 .pth file pointing at a source folder). Each script makes its venv with `--link-only` (the venv
 and its view of the user environment, shared code in scripts/linked_venv.sh: seconds); the pip
 installs a full run adds on top are what scripts/test.sh runs, and the whole suite then runs on
-the venvs they make (docs/benchmarks.md#fresh-machine-set-up has a whole run from a virtualenv).
+the venvs they make (docs/benchmarks.md has whole runs from nothing in a virtualenv).
 """
 
 from __future__ import annotations
