@@ -1,9 +1,10 @@
 """The `golden` console script (and `python -m golden_cli`): the first code of ours that runs.
 
 A Ctrl-C can arrive before any command's error handling exists: while the interpreter imports
-typer and the command modules, or while the arguments are parsed (typer turns that one into a
-silent exit 130). Both end here as the one line every other interruption gives, and exit 2: an
-interrupted run reached no verdict. Kept free of imports until the handler is in place.
+typer and the command modules (golden_cli.startup_interrupt ends the process at once then), or
+while the arguments are parsed (typer turns that one into a silent exit 130). Each ends as the
+one line every other interruption gives, and exit 2: an interrupted run reached no verdict. Kept
+free of other imports until the handler is in place.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from __future__ import annotations
 import os
 import sys
 
-INTERRUPTED = "error: interrupted (Ctrl-C)"
+from golden_cli import startup_interrupt
+from golden_cli.startup_interrupt import INTERRUPTED
+
 TYPER_INTERRUPTED = 130  # typer's exit code for a KeyboardInterrupt outside the command
 
 
 def main() -> None:
+    startup_interrupt.arm()
     try:
         from golden_cli.main import app
 

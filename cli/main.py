@@ -21,6 +21,7 @@ from golden_cli import (
     record_cmd,
     replay_cmd,
     report_cmd,
+    startup_interrupt,
     update_cmd,
 )
 from golden_cli.options import DEBUG_ENV, HISTORY_ENV, exits_cleanly
@@ -51,6 +52,7 @@ def main(
     history: str = typer.Option(None, "--history", help=f"Add every report this command writes to this results history: a file or a postgresql:// URL (same as {HISTORY_ENV}=...; docs/history.md).", show_default=False),
     version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
+    startup_interrupt.disarm()  # the command begins: its own Ctrl-C handling takes over
     if debug:
         os.environ[DEBUG_ENV] = "1"
     if history:

@@ -192,3 +192,67 @@ def test_a_helper_that_left_the_servers_session_ends_with_golden(golden, tmp_pat
     finally:
         if alive(helper):
             os.kill(helper, signal.SIGKILL)
+
+
+# --- a Ctrl-C that Python itself would lose while golden starts ---------------------------------
+
+# A child that takes the start-up guard (or not), then sits in a weakref callback, the kind of
+# place (importlib's module-lock callbacks) where Python cannot raise a KeyboardInterrupt: it
+# prints "Exception ignored in ..." and goes on.
+IN_A_CALLBACK = """import sys, time, weakref
+from golden_cli import startup_interrupt
+if sys.argv[1] == "armed":
+    startup_interrupt.arm()
+class Thing: pass
+thing = Thing()
+def callback(_):
+    print("in the callback", flush=True)
+    time.sleep(10)
+ref = weakref.ref(thing, callback)
+del thing
+print("went on", flush=True)
+"""
+
+
+def interrupted_in_a_callback(mode: str) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([sys.executable, "-c", IN_A_CALLBACK, mode], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
+    assert proc.stdout.readline().strip() == "in the callback"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_python_alone_loses_a_ctrl_c_that_lands_in_a_weakref_callback():
+    """Why the guard exists: without it the interrupted program just goes on."""
+    result = interrupted_in_a_callback("plain")
+    assert "Exception ignored" in result.stderr and "went on" in result.stdout
+
+
+def test_a_ctrl_c_that_lands_in_a_weakref_callback_still_ends_a_starting_golden():
+    result = interrupted_in_a_callback("armed")
+    assert result.returncode == 2 and "went on" not in result.stdout
+    assert result.stderr.strip() == "error: interrupted (Ctrl-C)"
+
+
+def test_an_ignored_sigint_stays_ignored_while_golden_starts():
+    code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "from golden_cli import startup_interrupt; startup_interrupt.arm()\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_command_gets_ctrl_c_back_as_a_keyboard_interrupt():
+    """The app's callback disarms the guard: a command's own handling (servers stopped, an error
+    report) needs the KeyboardInterrupt."""
+    code = ("import signal\n"
+            "from golden_cli import startup_interrupt; startup_interrupt.arm()\n"
+            "from golden_cli.main import main; main(debug=False, history=None, version=False)\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "True", out.stderr
