@@ -29,6 +29,7 @@ source scripts/linked_venv.sh
 PACKAGES=("${SGLANG_FRONTEND_PACKAGES[@]}")
 SGLANG="$SGLANG_PIN"
 STAMP="$VENV/.golden-sglang-installed"
+NAME=install_sglang
 
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
     echo "$VPY"
@@ -37,28 +38,15 @@ fi
 FINGERPRINT="$(user_env_fingerprint)" || {
     echo "install_sglang: $PY cannot run (set PYTHON to the interpreter golden-replay is installed in)" >&2; exit 2; }
 WANT="$SGLANG ${PACKAGES[*]} stub-1 pth-1 $FINGERPRINT"
-if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
-    echo "$WANT"
-    exit 0
-fi
-
-if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
-    echo "install_sglang: already installed in $VENV ($(( $(date +%s) - START )) s)"
-    exit 0
-fi
+stamp_step "$@"
 
 TORCH="$("$PY" -c 'import torch; print(torch.__version__)')" || {
     echo "install_sglang: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 rm -f "$STAMP"  # a half-made venv must never look installed
 make_linked_venv "$VENV"
 SITE="$(venv_site "$VENV")"
-if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no SGLang
-    echo "install_sglang: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
-    exit 0
-fi
-# pip must never replace the CPU torch: pin the installed build as a constraint.
-CONSTRAINTS="$VENV/golden-constraints.txt"
-echo "torch==$TORCH" > "$CONSTRAINTS"
+link_only_step "$@"
+CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "$SGLANG"
 rm -rf "$SITE/torchvision"

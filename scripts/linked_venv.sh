@@ -25,3 +25,29 @@ make_linked_venv() {  # make_linked_venv VENV: make (or refresh) VENV and its vi
     "$PY" -m venv --system-site-packages "$venv"
     "$PY" scripts/user_env.py pth > "$(venv_site "$venv")/$USER_SITE_PTH"
 }
+
+# The steps every engine installer shares. Each installer sets NAME (its messages' prefix), VENV,
+# VPY (the venv's python), STAMP (the file a complete install writes), WANT (what it records:
+# pins and the user environment's fingerprint) and START (its start, `date +%s`) first.
+stamp_step() {  # stamp_step "$@": `--stamp` prints WANT; a venv stamped WANT is already installed
+    if [ "${1:-}" = "--stamp" ]; then  # what a complete install records (tests compare it)
+        echo "$WANT"
+        exit 0
+    fi
+    if [ -x "$VPY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+        echo "$NAME: already installed in $VENV ($(( $(date +%s) - START )) s)"
+        exit 0
+    fi
+}
+
+link_only_step() {  # link_only_step "$@", after make_linked_venv: `--link-only` stops here
+    if [ "${1:-}" = "--link-only" ]; then  # the venv and its view of the user env, no packages
+        echo "$NAME: linked $VENV to $("$PY" -c 'import sys; print(sys.prefix)') (no packages installed)"
+        exit 0
+    fi
+}
+
+torch_constraint() {  # torch_constraint VERSION: a pip constraints file that keeps the CPU torch
+    echo "torch==$1" > "$VENV/golden-constraints.txt"
+    echo "$VENV/golden-constraints.txt"
+}
