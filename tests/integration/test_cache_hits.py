@@ -4,14 +4,13 @@ explicit one) it is a fail with the reason."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from golden_cli.main import app
-from tests.support.goldens import record_scenario
+from tests.support.goldens import record_scenario, replay_on_stub
 from tests.support.stub_server import StubConfig, StubServer
 
 ONE_TURN = """groups = 2
@@ -34,12 +33,7 @@ def golden(tmp_path_factory) -> Path:
     return record_scenario(tmp_path_factory.mktemp("golden"), ONE_TURN)
 
 
-def replay(golden: Path, tmp_path: Path, config: StubConfig, *extra: str):
-    report = tmp_path / "report.json"
-    with StubServer(config) as stub:
-        res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--report",
-                                  str(report), "--quiet", *extra])
-    return res, json.loads(report.read_text())
+replay = replay_on_stub
 
 
 def test_auto_on_a_server_that_says_it_caches_fails_when_nothing_hit(golden, tmp_path):

@@ -4,7 +4,6 @@ Each test records a small scenario from the stub, then replays it against a stub
 one thing, and checks the verdict, the exit code and where the report points.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from typer.testing import CliRunner
 
 from golden_cli.main import app
 from replay.golden.store import read_golden
-from tests.support.goldens import SMALL_TREE, record_scenario
+from tests.support.goldens import SMALL_TREE, record_scenario, replay_on_stub
 from tests.support.stub_server import StubConfig, StubServer
 
 runner = CliRunner()
@@ -24,13 +23,7 @@ def golden(tmp_path_factory) -> Path:
     return record_scenario(tmp_path_factory.mktemp("golden"), SMALL_TREE)
 
 
-def replay(golden: Path, tmp_path: Path, config: StubConfig, *extra: str):
-    report = tmp_path / "report.json"
-    with StubServer(config) as stub:
-        res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--report",
-                                  str(report), "--quiet", *extra])
-    doc = json.loads(report.read_text()) if report.exists() else None
-    return res, doc
+replay = replay_on_stub
 
 
 def input_of(golden: Path, request_id: str) -> list[int]:

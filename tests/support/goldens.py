@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from golden_cli.main import app
 from replay.golden.scenario import ScenarioSpec, build_plan
@@ -50,3 +52,14 @@ def record_spec(directory: Path, spec: ScenarioSpec) -> Path:
     with StubServer(StubConfig(radix=False)) as stub:
         session.record_golden(build_plan(spec), out, session.ServerTarget(url=stub.url))
     return out
+
+
+def replay_on_stub(golden: Path, tmp_path: Path, config: StubConfig,
+                   *extra: str) -> tuple[Result, dict[str, Any] | None]:
+    """`golden replay GOLDEN --server <stub> --report ... --quiet EXTRA` against a stub with
+    `config`: the CLI result and the report document (None when none was written)."""
+    report = tmp_path / "report.json"
+    with StubServer(config) as stub:
+        res = CliRunner().invoke(app, ["replay", str(golden), "--server", stub.url, "--report",
+                                       str(report), "--quiet", *extra])
+    return res, json.loads(report.read_text()) if report.exists() else None

@@ -1,7 +1,6 @@
 """Numerics parity: the replay server must run the reference's arithmetic (replay/judge/numerics.py),
 else the replay is refused (exit 2) unless --allow-numerics-mismatch; the report shows the fields."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,7 @@ from typer.testing import CliRunner
 
 from golden_cli.main import app
 from replay.judge.numerics import compare_numerics
+from tests.support.goldens import replay_on_stub
 from tests.support.stub_server import StubConfig, StubServer
 
 SCENARIO = """groups = 1
@@ -91,12 +91,8 @@ def golden(tmp_path_factory) -> Path:
 
 
 def replay(golden: Path, tmp_path: Path, server_info: dict, *extra: str):
-    report = tmp_path / "report.json"
     info = dict(server_info, disable_radix_cache=False)
-    with StubServer(StubConfig(extra_server_info=info)) as stub:
-        res = runner.invoke(app, ["replay", str(golden), "--server", stub.url, "--report",
-                                  str(report), "--quiet", *extra])
-    return res, json.loads(report.read_text())
+    return replay_on_stub(golden, tmp_path, StubConfig(extra_server_info=info), *extra)
 
 
 def test_a_replay_server_with_other_numerics_is_refused_naming_the_fields(golden, tmp_path):
