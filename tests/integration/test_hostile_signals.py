@@ -22,6 +22,7 @@ from tests.data.fake_servers.helpers import FAKE_DIR, fake_profile
 from tests.support.goldens import record_single
 from tests.support import paths
 from tests.support.signals import sigint_as_from_a_terminal
+from tests.support.processes import alive
 
 ROOT = paths.REPO
 
@@ -159,12 +160,6 @@ def test_ctrl_c_while_golden_itself_starts_is_one_line_and_exit_2(golden, delay)
 # --- issue 22: a server whose helper leaves its process group (setsid, double fork) -------------
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def gone_within(pid: int, timeout: float) -> bool:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.support import paths
+from tests.support.processes import alive
 
 BROKEN_SERVER = "import aiohttp_that_is_not_installed  # noqa\n"
 
@@ -80,11 +81,3 @@ def test_golden_serve_stops_when_its_parent_dies(tmp_path):
     finally:
         if alive(server):
             os.kill(server, signal.SIGKILL)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")

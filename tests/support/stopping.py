@@ -22,6 +22,7 @@ from pathlib import Path
 from replay.server.listener import descendants
 from tests.support import paths
 from tests.support.signals import sigint_as_from_a_terminal
+from tests.support.processes import alive
 
 # Long enough to be still recording when the first progress line comes; token ids below 2048 fit
 # every tiny model's vocabulary (SGLang CPU's 4096, the HF ones' 2048).
@@ -51,12 +52,6 @@ class Signalled:
         return any(fragment in command for command in self.commands)
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
 
 
 def command_line(pid: int) -> str:

@@ -19,6 +19,7 @@ import pytest
 from replay.server.launch import free_port
 from replay.sglang_frontend.locate import install_hint, sglang_python
 from tests.support import paths
+from tests.support.processes import alive
 
 pytestmark = pytest.mark.skipif(sglang_python() is None, reason=install_hint())
 
@@ -56,11 +57,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def wait_healthy(port: int, proc: subprocess.Popen) -> None:

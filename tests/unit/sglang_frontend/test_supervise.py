@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import paths
+from tests.support.processes import alive
 
 # The "server": writes its pid and a stubborn grandchild's pid, then waits forever.
 SERVER = textwrap.dedent("""
@@ -32,12 +33,6 @@ PARENT = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '
           " print(p.pid, flush=True); time.sleep(600)")
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def wait_for(path: Path) -> list[int]:
