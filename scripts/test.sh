@@ -111,6 +111,11 @@ start_step sglang bash scripts/install_sglang.sh
 # scripts/linked_venv.sh.)
 start_step sglang_cpu bash scripts/install_sglang_cpu.sh
 
+# The SGLang releases whose own request class the client's bodies are checked against
+# (tests/e2e/sglang_wire/): 0.5.14 ... 0.5.23, each wheel `pip download --no-deps`, unpacked
+# (~150 MB of downloads the first time, about 15 s; then under a second).
+start_step sglang_releases bash scripts/fetch_sglang_releases.sh
+
 # SGLang's router (sglang-router 0.3.2, its own 146 MB venv, about 15 s) for tests/e2e/router/.
 start_step router bash scripts/install_router.sh
 

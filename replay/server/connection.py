@@ -9,7 +9,7 @@ argument for each call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +18,11 @@ import numpy as np
 from replay.server.apis import resolve_api
 from replay.server.apis.base import (NO_EXTRAS, Api, Completion, RequestExtras,
                                       SupportsFastParse, SupportsHitSources, SupportsPrepare,
-                                      SupportsRequestExtras, SupportsStorageClear, checked_counts)
+                                      SupportsRequestExtras, SupportsResend, SupportsStorageClear,
+                                      checked_counts)
 from replay.server.jsonio import decode
 from replay.server.transport import ClientOptions, ServerClient
-from replay.utils.errors import MalformedResponse, UsageError
+from replay.utils.errors import MalformedResponse, RefusedRequest, UsageError
 
 
 @dataclass
@@ -65,16 +66,18 @@ class Connection:
         if not extras.plain:
             return await self._complete_with_extras(input_ids, request_id, max_new_tokens,
                                                     top_k, vocab_size, extras)
-        path, body = self.api.request(input_ids, max_new_tokens, top_k)
         budget = response_budget(len(input_ids), max_new_tokens, top_k)
         try:
             if isinstance(self.api, SupportsFastParse):
-                text = await self.client.post_text(path, body, request_id, max_bytes=budget)
+                text = await self._post(lambda: self.api.request(input_ids, max_new_tokens, top_k),
+                                        request_id, budget)
                 return checked_counts(self.api.parse_text(text, request_id,
                                                           max_new_tokens=max_new_tokens,
                                                           top_k=top_k, vocab_size=vocab_size),
                                       request_id)
-            raw = await self.client.post(path, body, request_id, max_bytes=budget)
+            text = await self._post(lambda: self.api.request(input_ids, max_new_tokens, top_k),
+                                    request_id, budget)
+            raw = decode(text, f"request {request_id}")
             return checked_counts(self.api.parse(raw, request_id, max_new_tokens=max_new_tokens,
                                                  top_k=top_k, vocab_size=vocab_size), request_id)
         except MalformedResponse as exc:  # its message may quote what the server sent
@@ -88,11 +91,12 @@ class Connection:
         if not isinstance(api, SupportsRequestExtras):
             raise UsageError(f"the golden asks for prompt logprobs or a cache key, which the "
                              f"{api.name} API cannot send (use --api sglang)")
-        path, body = api.extras_request(input_ids, max_new_tokens, top_k, extras)
         budget = response_budget(2 * len(input_ids), max_new_tokens, top_k)
         start = extras.prompt_logprobs_from
         try:
-            text = await self.client.post_text(path, body, request_id, max_bytes=budget)
+            text = await self._post(
+                lambda: api.extras_request(input_ids, max_new_tokens, top_k, extras),
+                request_id, budget)
             completion = self.api.parse(decode(text, f"request {request_id}"), request_id,
                                         max_new_tokens=max_new_tokens, top_k=top_k,
                                         vocab_size=vocab_size)
@@ -102,6 +106,22 @@ class Connection:
             return completion
         except MalformedResponse as exc:
             raise MalformedResponse(self.client.scrub(str(exc))) from None
+
+
+    async def _post(self, build: Callable[[], tuple[str, dict[str, Any]]], request_id: str,
+                    budget: int) -> bytes:
+        """POST what `build()` makes; when the server refuses it and the adapter then builds a
+        form the server may take (`SupportsResend`: SGLang's top-k form for an older release),
+        the rebuilt body once more."""
+        path, body = build()
+        try:
+            return await self.client.post_text(path, body, request_id, max_bytes=budget)
+        except RefusedRequest as exc:
+            if not (isinstance(self.api, SupportsResend)
+                    and self.api.refused(body, exc.status, exc.text)):
+                raise
+        path, body = build()
+        return await self.client.post_text(path, body, request_id, max_bytes=budget)
 
 
 def response_budget(prompt_tokens: int, max_new_tokens: int, top_k: int) -> int:

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from replay.utils.errors import MalformedResponse, ServerError, UsageError
+from replay.utils.errors import MalformedResponse, RefusedRequest, ServerError, UsageError
 from replay.server.jsonio import decode as _decode
 from replay.server.jsonio import encode as _encode
 from replay.utils.redact import redact_text, scrub, scrub_values, url_secrets
@@ -129,8 +129,9 @@ class ServerClient:
             status, data = await self._exchange("POST", path, f"request {request_id}", body,
                                                 max_bytes, headers=request_id_header(request_id))
         if status != 200:
-            raise ServerError(f"request {request_id}: {self.url}{path} answered HTTP {status}: "
-                              f"{self._text(data)}{auth_hint(status)}")
+            text = self._text(data)
+            raise RefusedRequest(f"request {request_id}: {self.url}{path} answered HTTP {status}: "
+                                 f"{text}{auth_hint(status)}", status, text)
         return data
 
     async def get_json(self, path: str, fallback: str | None = None) -> dict[str, Any]:

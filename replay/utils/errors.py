@@ -22,6 +22,16 @@ class ServerError(GoldenError):
     """The server is unreachable or kept answering errors after bounded retries."""
 
 
+class RefusedRequest(ServerError):
+    """The server answered a request with an HTTP error status (after the transport's retries):
+    `status` and the answer's `text` (scrubbed), for adapters that can resend in another form."""
+
+    def __init__(self, message: str, status: int, text: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.text = text
+
+
 class MalformedResponse(GoldenError):
     """The server answered, but not in the shape the protocol promises."""
 

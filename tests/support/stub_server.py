@@ -43,6 +43,8 @@ class StubConfig:
     endless: bool = False  # every /generate streams a body that never ends
     state_vocab: bool = True  # /server_info and /model_info name vocab_size
     echo_auth: int | None = None  # every /generate answers this status, echoing Authorization
+    # SGLang 0.5.17-0.5.21's refusal: the b64 flag without return_flat_raw_top_logprobs is a 400
+    refuse_b64_alone: bool = False
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -67,6 +69,7 @@ class StubServer:
         self.seen: list[tuple[int, ...]] = []
         self.auth_headers: list[str | None] = []
         self.flush_queries: list[str] = []
+        self.bodies: list[dict[str, Any]] = []  # every /generate body, as sent
         self.storage_clears: list[str | None] = []  # the Authorization header of each clear
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -111,7 +114,13 @@ class StubServer:
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.bodies.append(body)
         self.auth_headers.append(request.headers.get("Authorization"))
+        if self.config.refuse_b64_alone and body.get("return_flat_raw_top_logprobs_b64") \
+                and not body.get("return_flat_raw_top_logprobs"):
+            return web.json_response({"error": {"message": "return_flat_raw_top_logprobs_b64 "
+                                                "requires return_flat_raw_top_logprobs."}},
+                                     status=400)
         if self.config.statuses:
             return web.Response(status=self.config.statuses.pop(0), text="busy")
         if self.config.reset:

@@ -7,7 +7,7 @@ protocol's promise raises `MalformedResponse` naming the request, because a resp
 be read exactly must never become a verdict. Adapters state their traits as class attributes
 (`expect_cache_auto`, `flush_note`, `bypasses_cache`), never as keys injected into the server's
 own settings, and have optional capabilities as named protocols (`SupportsFastParse`,
-`SupportsStorageClear`, `SupportsPrepare`), checked with isinstance.
+`SupportsStorageClear`, `SupportsPrepare`, `SupportsResend`...), checked with isinstance.
 """
 
 from __future__ import annotations
@@ -107,6 +107,18 @@ class SupportsPrepare(Protocol):
     adapter: the served model's id for the body's `model`); `connect` calls it once."""
 
     async def prepare(self, client: "ServerClient") -> None:
+        ...
+
+
+@runtime_checkable
+class SupportsResend(Protocol):
+    """The adapter can ask in another form when the server refuses a body (SGLang: nested top-k
+    for a release that refuses the flat form's keys, sglang_wire.py)."""
+
+    def refused(self, body: dict[str, Any], status: int, text: str) -> bool:
+        """After `body` was refused with HTTP `status` and `text`: True when the adapter now
+        builds a form the server may take (the connection rebuilds the body and sends it once
+        more)."""
         ...
 
 

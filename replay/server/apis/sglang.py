@@ -10,6 +10,7 @@ import numpy as np
 
 from replay.server.apis.base import SAMPLING, Completion, RequestExtras
 from replay.server.apis.sglang_parse import parse_completion, parse_prompt_logprobs, parse_text
+from replay.server.apis.sglang_wire import NEWEST, Wire, fallback_for, wire_for
 from replay.utils.errors import ServerError
 
 __all__ = ["SGLangApi", "generate_body", "parse_completion", "parse_text"]
@@ -27,15 +28,34 @@ class SGLangApi:
     flush_note = "POST /flush_cache before each repeat"
     bypasses_cache = False  # reuse is the server's setting (--disable-radix-cache)
 
+    def __init__(self, wire: Wire = NEWEST) -> None:
+        self.wire = wire  # the top-k form the bodies ask for (sglang_wire: by server version)
+
+    async def prepare(self, client: "ServerClient") -> None:
+        """The body form for the release the server reports (`version` in /server_info; behind
+        SGLang's router, its workers')."""
+        info = await self.server_info(client)
+        self.wire = wire_for(info.get("version"))
+
+    def refused(self, body: dict[str, Any], status: int, text: str) -> bool:
+        """After the server refused `body`: True when a form it may take exists (nested top-k
+        after a 400 that names a flat key), which this and the next bodies then use."""
+        wire = fallback_for(body, status, text, self.wire.version)
+        if wire is None:
+            return False
+        if self.wire.flat_output:
+            self.wire = wire
+        return True
+
     def request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> tuple[str, dict[str, Any]]:
-        return "/generate", generate_body(input_ids, max_new_tokens, top_k)
+        return "/generate", generate_body(input_ids, max_new_tokens, top_k, self.wire)
 
     def extras_request(self, input_ids: np.ndarray, max_new_tokens: int, top_k: int,
                        extras: RequestExtras) -> tuple[str, dict[str, Any]]:
         """`request`'s body plus `logprob_start_len` (SGLang then reuses at most that many
         cached prompt tokens and returns `input_token_logprobs` from there) and `extra_key`
         (its radix cache keeps requests with different keys apart)."""
-        body = generate_body(input_ids, max_new_tokens, top_k)
+        body = generate_body(input_ids, max_new_tokens, top_k, self.wire)
         if extras.prompt_logprobs_from >= 0:
             body["logprob_start_len"] = int(extras.prompt_logprobs_from)
         if extras.cache_key is not None:
@@ -93,8 +113,11 @@ class SGLangApi:
         return True
 
 
-def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> dict[str, Any]:
-    """A greedy generate request asking for output logprobs only (prefix reuse stays possible)."""
+def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int,
+                  wire: Wire = NEWEST) -> dict[str, Any]:
+    """A greedy generate request asking for output logprobs only (prefix reuse stays possible),
+    its top-k in the form `wire` says the server takes (flat base64 arrays where it can: exact
+    bits and far cheaper to parse; the parser reads either form)."""
     body: dict[str, Any] = {
         "input_ids": np.asarray(input_ids, dtype=np.int64).tolist(),
         "sampling_params": {**SAMPLING, "max_new_tokens": int(max_new_tokens)},
@@ -103,12 +126,7 @@ def generate_body(input_ids: np.ndarray, max_new_tokens: int, top_k: int) -> dic
         "top_logprobs_num": int(top_k),
         "return_text_in_logprobs": False,
     }
-    if top_k > 0:
-        # Top-k as flat base64 float32/int32 arrays: exact bits and far cheaper to parse. A server
-        # older than SGLang 0.5.23 ignores these keys and answers with nested lists; the parser
-        # reads either form.
-        body["return_flat_raw_output_top_logprobs"] = True
-        body["return_flat_raw_top_logprobs_b64"] = True
+    body.update(wire.top_k_keys(top_k))
     return body
 
 
