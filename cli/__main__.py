@@ -1,5 +1,5 @@
-"""`python -m golden_cli` runs the `golden` command (same as the installed console script)."""
+"""`python -m cli` runs the `golden` command (same as the installed console script)."""
 
-from golden_cli.entry import main
+from cli.entry import main
 
 main()

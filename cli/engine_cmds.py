@@ -93,9 +93,9 @@ def demo(
     (host tier, overlap scheduling), replay, report. With --fault, the scenario, profile and
     client concurrency are the ones that fault needs (replay/jobs/detection.py FAULT_SETUPS).
     Exit 0 pass, 1 fail, 2 error."""
-    from golden_cli import render
-    from golden_cli.options import progress_bars
-    from golden_cli.replay_cmd import replay_and_report
+    from cli import render
+    from cli.options import progress_bars
+    from cli.replay_cmd import replay_and_report
     from replay.jobs.detection import CI_QUICK, CI_QUICK_ENGINE, engine_flags, scenario_for, setup_for
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
@@ -139,7 +139,7 @@ def demo_profile(fault: str | None, asked: str | None) -> str:
     """The replay profile: the one asked for, else the one the fault needs. Checked before any
     work: an unknown fault or profile is exit 2 at once, and a fault that the chosen profile or a
     replay cannot reach says so on stderr."""
-    from golden_cli import render
+    from cli import render
     from replay.jobs.detection import profile_for
 
     _, _, faults = engine_modules()
@@ -158,7 +158,7 @@ def demo_profile(fault: str | None, asked: str | None) -> str:
 
 def faults_cmd() -> None:
     """List the embedded engine's injectable cache bugs and the profile each needs."""
-    from golden_cli import render
+    from cli import render
 
     engine_modules()
     from replay.jobs.detection import fault_catalogue

@@ -1,7 +1,7 @@
-"""The `golden` console script (and `python -m golden_cli`): the first code of ours that runs.
+"""The `golden` console script (and `python -m cli`): the first code of ours that runs.
 
 A Ctrl-C can arrive before any command's error handling exists: while the interpreter imports
-typer and the command modules (golden_cli.startup_interrupt ends the process at once then), or
+typer and the command modules (cli.startup_interrupt ends the process at once then), or
 while the arguments are parsed (typer turns that one into a silent exit 130). Each ends as the
 one line every other interruption gives, and exit 2: an interrupted run reached no verdict. Kept
 free of other imports until the handler is in place.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from golden_cli import startup_interrupt
-from golden_cli.startup_interrupt import INTERRUPTED
+from cli import startup_interrupt
+from cli.startup_interrupt import INTERRUPTED
 
 TYPER_INTERRUPTED = 130  # typer's exit code for a KeyboardInterrupt outside the command
 
@@ -21,7 +21,7 @@ TYPER_INTERRUPTED = 130  # typer's exit code for a KeyboardInterrupt outside the
 def main() -> None:
     startup_interrupt.arm()
     try:
-        from golden_cli.main import app
+        from cli.main import app
 
         app(prog_name="golden")
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from golden_cli.options import PolicyOpt
+from cli.options import PolicyOpt
 
 
 def show(
@@ -15,7 +15,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Summarize a golden: scenario, source, and the conversation tree."""
-    from golden_cli import render
+    from cli import render
     from replay.golden.store import golden_summary, read_golden
 
     summary = golden_summary(golden_path)
@@ -28,7 +28,7 @@ def show(
 def verify(golden_path: Path = typer.Argument(..., metavar="GOLDEN")) -> None:
     """Check a golden's integrity (schema, arrays, checksums) and meaning (a conversation tree of
     log-probabilities with something to compare). Exit 2 if anything is wrong."""
-    from golden_cli import render
+    from cli import render
     from replay.golden.meaning import verify_meaning
 
     problems = verify_meaning(golden_path)
@@ -46,7 +46,7 @@ def diff(
     report: Path = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
 ) -> None:
     """Compare two goldens of the same scenario by the replay rules (A is the reference)."""
-    from golden_cli import render
+    from cli import render
     from replay.judge.diff import Policy
     from replay.run.compare import compare_goldens
     from replay.golden.store import read_golden
@@ -60,6 +60,6 @@ def diff(
 
 def scenarios() -> None:
     """List the built-in scenarios and their parameters."""
-    from golden_cli import render
+    from cli import render
 
     render.print_whole(render.scenarios_table())

@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from golden_cli.options import HISTORY_ENV, exits_cleanly
+from cli.options import HISTORY_ENV, exits_cleanly
 
 app = typer.Typer(
     help="The results history: verdicts, flake rates and hit coverage per server version, over time (docs/history.md).",

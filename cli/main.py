@@ -11,7 +11,7 @@ import os
 
 import typer
 
-from golden_cli import (
+from cli import (
     engine_cmds,
     golden_cmds,
     history_cmd,
@@ -24,7 +24,7 @@ from golden_cli import (
     startup_interrupt,
     update_cmd,
 )
-from golden_cli.options import DEBUG_ENV, HISTORY_ENV, exits_cleanly
+from cli.options import DEBUG_ENV, HISTORY_ENV, exits_cleanly
 
 app = typer.Typer(
     help=__doc__,

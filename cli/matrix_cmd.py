@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from golden_cli import options as o
+from cli import options as o
 
 EXIT_CODES = {"pass": 0, "fail": 1}
 TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywhere are listed
@@ -70,7 +70,7 @@ def print_matrix(doc: dict[str, Any]) -> None:
     requests that failed in some repeats, the command that reruns each profile that did not
     pass, one verdict line per profile and the matrix verdict (last). A profile's error is one
     `error: PROFILE: ...` line on stderr."""
-    from golden_cli import render
+    from cli import render
     from replay.report.views import flake_lines
 
     table = matrix_table(doc)

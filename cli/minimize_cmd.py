@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from golden_cli.options import (
+from cli.options import (
     AdminApiKeyOpt,
     ApiKeyOpt,
     ApiOpt,
@@ -63,7 +63,7 @@ def minimize(
     quiet: bool = QuietOpt,
 ) -> None:
     """Shrink a failing replay to the smallest one that still fails the same way."""
-    from golden_cli import render
+    from cli import render
     from replay.jobs.minimize import parse_budget
     from replay.jobs.minimize_output import check_out_dir
     from replay.jobs.minimize_session import Failure, MinimizeSettings, minimize_golden

@@ -83,7 +83,7 @@ def signals_interrupt() -> Iterator[None]:
 
 
 def fail(line: str, code: int = 2) -> None:
-    from golden_cli import render
+    from cli import render
 
     render.err.print(line, markup=False)
     raise typer.Exit(code)
@@ -92,7 +92,7 @@ def fail(line: str, code: int = 2) -> None:
 def notify_stderr(quiet: bool = False) -> Callable[[str], None]:
     def notify(line: str) -> None:
         if not quiet or line.startswith("warning:"):
-            from golden_cli import render
+            from cli import render
 
             render.err.print(line, markup=False)
 
@@ -101,7 +101,7 @@ def notify_stderr(quiet: bool = False) -> Callable[[str], None]:
 
 def progress_bars(quiet: bool) -> Any:
     """The library's ProgressBar callback: a rich bar on stderr, or nothing when quiet."""
-    from golden_cli import render
+    from cli import render
 
     return lambda label, total: render.progress_bar(label, total, quiet)
 

@@ -23,7 +23,7 @@ def profiles(ctx: typer.Context) -> None:
         return
     from rich.table import Table
 
-    from golden_cli import render
+    from cli import render
     from replay.server.launch import builtin_profiles
 
     table = Table(title="built-in launch profiles")
@@ -56,7 +56,7 @@ def show(
     log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Log directory to show."),
 ) -> None:
     """Print the exact command (shell-quoted) and environment a profile launches."""
-    from golden_cli import render
+    from cli import render
     from replay.utils.errors import GoldenError
     from replay.server.launch import attention_choice, load_profile
     from replay.server.launch import render as render_profile

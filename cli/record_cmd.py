@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from golden_cli.options import (
+from cli.options import (
     AttentionBackendOpt,
     ApiKeyOpt,
     ApiOpt,
@@ -70,7 +70,7 @@ def record(
     except NonDeterministicRecording as exc:
         fail(f"refusing to write {out}: {exc}", code=1)
     tokens = sum(len(r.output_ids) for r in golden.requests)
-    from golden_cli import render
+    from cli import render
 
     render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
                      f"{target.label} into {out}", markup=False)

@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from golden_cli.progress import ProgressLines
+from cli.progress import ProgressLines
 from replay.report.views import first_failure_lines, flake_lines, verdict_line
 
 out = Console(highlight=False, soft_wrap=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from golden_cli.options import (
+from cli.options import (
     AttentionBackendOpt,
     AdminApiKeyOpt,
     ApiKeyOpt,
@@ -73,8 +73,8 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                       shard: str | None, quiet: bool, report: Path | None, junit: Path | None,
                       html: Path | None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
-    from golden_cli import render
-    from golden_cli.options import interruption
+    from cli import render
+    from cli.options import interruption
     from replay.report.document import report_dict
     from replay.report.files import remove_stale, write_reports
     from replay.jobs.session import replay_golden, run_setup

@@ -52,7 +52,7 @@ def report(
 ) -> None:
     """Render a JSON replay report as one self-contained HTML page (no network at view time),
     or with --merge turn shard reports into one report, JUnit file and page."""
-    from golden_cli import render
+    from cli import render
     from replay.utils.errors import UsageError
     from replay.report.files import write_reports
 
@@ -75,7 +75,7 @@ def report(
     doc = merge_reports(docs, [str(p) for p in reports])
     try:
         if "matrix" in doc:
-            from golden_cli.matrix_cmd import print_matrix
+            from cli.matrix_cmd import print_matrix
             from replay.jobs.matrix import matrix_junit
 
             write_reports(doc, report=json_out, junit=junit, html=out,

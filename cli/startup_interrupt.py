@@ -6,7 +6,7 @@ weakref callback of importlib's module locks): it prints "Exception ignored in .
 so the Ctrl-C is lost and golden runs to its end (seen in a fresh-machine run: the interrupted
 start-up then failed on its unreachable server instead). Nothing has been done yet at that point
 (no server started, no file written), so until the command begins a Ctrl-C ends the process at
-once, from a handler that raises nothing: `arm()` installs it (golden_cli.entry, before any other
+once, from a handler that raises nothing: `arm()` installs it (cli.entry, before any other
 import), `disarm()` gives Ctrl-C back to Python's KeyboardInterrupt when the command begins (the
 app's callback), where every command's own handling takes over (servers stopped, error reports).
 An inherited "ignore" (`nohup golden ... &`) is left alone. Standard library only.

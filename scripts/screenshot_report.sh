@@ -22,7 +22,7 @@ shoot() {  # shoot NAME HEIGHT
     python3 - "tests/data/reports/$name.json" "$page" <<'PY'
 import sys
 from pathlib import Path
-from golden_cli.report_cmd import load_report
+from cli.report_cmd import load_report
 from replay.report.html import write_html
 write_html(load_report(Path(sys.argv[1])), sys.argv[2])
 PY

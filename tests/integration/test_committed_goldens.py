@@ -6,7 +6,7 @@ real `hicache` engine process (host tier, tight device pool, overlap scheduling)
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.store import read_golden, verify_golden
 from tests.support import paths
 

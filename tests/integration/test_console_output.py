@@ -16,8 +16,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from golden_cli import matrix_cmd, render
-from golden_cli.progress import ProgressLines
+from cli import matrix_cmd, render
+from cli.progress import ProgressLines
 from replay.golden.store import read_golden
 from tests.support import paths
 from tests.support.goldens import SMALL_TREE, record_scenario
@@ -33,7 +33,7 @@ def golden(tmp_path_factory) -> Path:
 
 def piped(*args: str) -> subprocess.CompletedProcess:
     """`golden ARGS` with stdout and stderr pipes, as in a CI log."""
-    return subprocess.run([sys.executable, "-m", "golden_cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True,
                           text=True, timeout=300, cwd=paths.REPO,
                           env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
 

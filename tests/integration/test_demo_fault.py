@@ -7,7 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ from importlib.metadata import version
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.engine_cmds import demo_profile
-from golden_cli.main import app
+from cli.engine_cmds import demo_profile
+from cli.main import app
 from replay.engine.faults import FAULTS
 from replay.jobs.detection import FAULT_PROFILES
 from replay.utils.errors import UsageError

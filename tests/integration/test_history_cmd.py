@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.store import content_checksum, read_golden
 from tests.support import paths
 from tests.support.history_reports import run_report, sample, write
@@ -23,7 +23,7 @@ HISTORY_ENV = "GOLDEN_HISTORY"
 runner = CliRunner()
 
 
-def golden_cli(*args: str, env: dict[str, str | None] | None = None):
+def cli(*args: str, env: dict[str, str | None] | None = None):
     """`golden ARGS`, with GOLDEN_HISTORY unset unless `env` sets it (and restored after)."""
     return runner.invoke(app, list(args), env={HISTORY_ENV: None, **(env or {})})
 
@@ -46,7 +46,7 @@ def golden(tmp_path_factory) -> Path:
     (d / "s.toml").write_text(SCENARIO)
     out = d / "s.zarr"
     with StubServer(StubConfig(radix=False)) as stub:
-        res = golden_cli("record", "--server", stub.url, "--scenario", str(d / "s.toml"),
+        res = cli("record", "--server", stub.url, "--scenario", str(d / "s.toml"),
                          "--out", str(out), "--quiet")
     assert res.exit_code == 0, res.output
     return out
@@ -64,12 +64,12 @@ def replay(golden: Path, version: str, *extra: str, history: str | None = None,
                         tamper=drift_everywhere if drift else None)
     flag = ["--history", history] if history else []
     with StubServer(config) as stub:
-        return golden_cli(*flag, "replay", str(golden), "--server", stub.url, "--quiet", *extra,
+        return cli(*flag, "replay", str(golden), "--server", stub.url, "--quiet", *extra,
                           env=env)
 
 
 def listed(url: str, *extra: str) -> list[dict]:
-    res = golden_cli("history", "--db", url, "--json", *extra)
+    res = cli("history", "--db", url, "--json", *extra)
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 
@@ -77,7 +77,7 @@ def listed(url: str, *extra: str) -> list[dict]:
 def test_the_history_flag_adds_each_replay_keyed_by_the_golden_content(history_url, golden):
     assert replay(golden, "0.5.1", history=history_url).exit_code == 0
     assert replay(golden, "0.5.2", history=history_url, drift=True).exit_code == 1
-    res = golden_cli("history", "show", str(golden), "--db", history_url, "--json")
+    res = cli("history", "show", str(golden), "--db", history_url, "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["golden_keys"] == [content_checksum(read_golden(golden))]
@@ -92,10 +92,10 @@ def test_the_environment_variable_feeds_every_report_written(history_url, golden
     shards = [tmp_path / f"shard{i}.json" for i in (1, 2)]
     with StubServer(StubConfig(extra_server_info={"version": "0.5.1"})) as stub:  # one server
         for i, report in enumerate(shards, 1):
-            res = golden_cli("replay", str(golden), "--server", stub.url, "--quiet", "--shard",
+            res = cli("replay", str(golden), "--server", stub.url, "--quiet", "--shard",
                              f"{i}/2", "--report", str(report), env=env)
             assert res.exit_code == 0, res.output
-    res = golden_cli("report", "--merge", *map(str, shards), env=env)
+    res = cli("report", "--merge", *map(str, shards), env=env)
     assert res.exit_code == 0, res.output
     runs = listed(history_url)
     assert sorted(((r["shard"], r["merged"]) for r in runs), key=str) == [
@@ -117,7 +117,7 @@ def test_reports_made_elsewhere_are_added_and_listed(history_url, tmp_path):
     files = [write(run_report(version="0.5.1", hour=0), tmp_path / "a.json"),
              write(run_report(version="0.5.2", hour=1, failing=("g0/b0/t1",)), tmp_path / "b.json"),
              write(sample("matrix"), tmp_path / "m.json")]
-    res = golden_cli("history", "add", *map(str, files), "--db", history_url)
+    res = cli("history", "add", *map(str, files), "--db", history_url)
     assert res.exit_code == 0, res.output
     assert "added 6 run(s), 0 already in the history" in res.output
     runs = listed(history_url, "--golden", "branching.zarr")
@@ -127,8 +127,8 @@ def test_reports_made_elsewhere_are_added_and_listed(history_url, tmp_path):
 
 def test_a_report_added_twice_is_one_run(history_url, tmp_path):
     report = write(run_report(), tmp_path / "a.json")
-    assert golden_cli("history", "add", str(report), "--db", history_url).exit_code == 0
-    res = golden_cli("history", "add", str(report), str(report), "--db", history_url)
+    assert cli("history", "add", str(report), "--db", history_url).exit_code == 0
+    res = cli("history", "add", str(report), str(report), "--db", history_url)
     assert res.exit_code == 0 and "added 0 run(s), 2 already in the history" in res.output
     assert len(listed(history_url)) == 1
 
@@ -159,10 +159,10 @@ def _hostile(tmp_path: Path, kind: str) -> Path:
                                   "not-a-report", "huge-int"])
 def test_a_corrupt_or_hostile_report_is_refused_and_the_history_is_unchanged(history_url, tmp_path, kind):
     good = write(run_report(hour=1), tmp_path / "good.json")
-    assert golden_cli("history", "add", str(good), "--db", history_url).exit_code == 0
+    assert cli("history", "add", str(good), "--db", history_url).exit_code == 0
     before = listed(history_url)
     other = write(run_report(hour=2), tmp_path / "other.json")
-    res = golden_cli("history", "add", str(other), str(_hostile(tmp_path, kind)), "--db", history_url)
+    res = cli("history", "add", str(other), str(_hostile(tmp_path, kind)), "--db", history_url)
     assert res.exit_code == 2
     assert res.output.startswith("error: ") and len(res.output.strip().splitlines()) == 1
     assert "Traceback" not in res.output
@@ -172,8 +172,8 @@ def test_a_corrupt_or_hostile_report_is_refused_and_the_history_is_unchanged(his
 def test_show_prints_the_timeline_bisect_flakes_and_coverage(history_url, tmp_path):
     files = [write(run_report(version=v, hour=h, failing=f), tmp_path / f"{h}.json")
              for v, h, f in (("0.5.1", 0, ()), ("0.5.2", 1, ("g1/b0/t1",)), ("0.5.2", 2, ()))]
-    golden_cli("history", "add", *map(str, files), "--db", history_url)
-    res = golden_cli("history", "show", "branching.zarr", "--db", history_url)
+    cli("history", "add", *map(str, files), "--db", history_url)
+    res = cli("history", "show", "branching.zarr", "--db", history_url)
     assert res.exit_code == 0, res.output
     out = res.output
     assert "3 run(s) (1 fail, 2 pass)" in out
@@ -184,27 +184,27 @@ def test_show_prints_the_timeline_bisect_flakes_and_coverage(history_url, tmp_pa
 
 
 def test_the_page_command_writes_a_self_contained_page(history_url, tmp_path):
-    golden_cli("history", "add", str(write(run_report(), tmp_path / "a.json")), "--db", history_url)
-    res = golden_cli("history", "page", "--out", str(tmp_path / "site"), "--db", history_url)
+    cli("history", "add", str(write(run_report(), tmp_path / "a.json")), "--db", history_url)
+    res = cli("history", "page", "--out", str(tmp_path / "site"), "--db", history_url)
     assert res.exit_code == 0, res.output
     page = (tmp_path / "site" / "index.html").read_text()
     assert page.count('<svg class="plot') == 3 and "goldens/branching.zarr" in page
 
 
 def test_reading_a_history_that_does_not_exist_is_an_error(tmp_path):
-    res = golden_cli("history", "--db", str(tmp_path / "typo.sqlite"))
+    res = cli("history", "--db", str(tmp_path / "typo.sqlite"))
     assert res.exit_code == 2 and "there is no history at" in res.output
     assert not (tmp_path / "typo.sqlite").exists()
 
 
 def test_show_of_a_golden_the_history_lacks_is_an_error(history_url, tmp_path):
-    golden_cli("history", "add", str(write(run_report(), tmp_path / "a.json")), "--db", history_url)
-    res = golden_cli("history", "show", "nothing.zarr", "--db", history_url)
+    cli("history", "add", str(write(run_report(), tmp_path / "a.json")), "--db", history_url)
+    res = cli("history", "show", "nothing.zarr", "--db", history_url)
     assert res.exit_code == 2 and "has no run of 'nothing.zarr'" in res.output
 
 
 def test_the_cli_loads_no_database_library_until_a_history_command_runs():
-    code = ("import sys, golden_cli.main; "
+    code = ("import sys, cli.main; "
             "print(sorted(m for m in ('sqlalchemy', 'alembic', 'psycopg') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=paths.REPO, check=True).stdout
@@ -215,7 +215,7 @@ def test_without_the_history_extra_the_command_says_how_to_install_it(tmp_path):
     report = write(run_report(), tmp_path / "a.json")
     code = ("import sys; sys.modules['sqlalchemy'] = None; "  # as if it were not installed
             f"sys.argv = ['golden', 'history', 'add', {str(report)!r}, '--db', 'h.sqlite']; "
-            "from golden_cli.main import app; app()")
+            "from cli.main import app; app()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(paths.REPO)})
     assert proc.returncode == 2
@@ -225,9 +225,9 @@ def test_without_the_history_extra_the_command_says_how_to_install_it(tmp_path):
 
 def test_prune_deletes_the_runs_from_before_a_date(history_url, tmp_path):
     files = [write(run_report(hour=h), tmp_path / f"{h}.json") for h in (0, 30, 60)]
-    golden_cli("history", "add", *map(str, files), "--db", history_url)
-    res = golden_cli("history", "prune", "--before", "2026-11-03", "--db", history_url)
+    cli("history", "add", *map(str, files), "--db", history_url)
+    res = cli("history", "prune", "--before", "2026-11-03", "--db", history_url)
     assert res.exit_code == 0 and "deleted 2 run(s)" in res.output
     assert [r["at"] for r in listed(history_url)] == ["2026-11-03T12:00:00Z"]
-    bad = golden_cli("history", "prune", "--before", "last week", "--db", history_url)
+    bad = cli("history", "prune", "--before", "last week", "--db", history_url)
     assert bad.exit_code == 2 and "not an ISO date" in bad.output

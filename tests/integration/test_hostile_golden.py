@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.store import attrs_sha256, read_golden, verify_golden, write_golden
 from tests.support.goldens import record_scenario
 from tests.support.stub_server import StubConfig, StubServer

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.engine_cmds import safe_name
-from golden_cli.main import app
+from cli.engine_cmds import safe_name
+from cli.main import app
 from replay.utils.errors import UsageError
 from replay.run.journal import Journal, journal_path
 from tests.data.fake_servers.helpers import fake_profile

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from tests.data.fake_servers.helpers import record_golden
 from tests.support.stub_server import StubConfig, StubServer
 

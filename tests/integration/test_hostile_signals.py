@@ -116,10 +116,10 @@ def test_ctrl_c_while_a_server_starts_is_one_line_and_exit_2(golden, tmp_path):
 
 
 def start_golden_after_site(*args: str) -> subprocess.Popen:
-    """`golden` as its console script starts it (`from golden_cli.entry import main`), with
+    """`golden` as its console script starts it (`from cli.entry import main`), with
     `-X importtime`, returned once the interpreter has imported `site`: what runs before any code
     of ours (a Ctrl-C there is the interpreter's own fatal error, docs/reliability.md)."""
-    script = "import sys; from golden_cli.entry import main; sys.exit(main())"
+    script = "import sys; from cli.entry import main; sys.exit(main())"
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", script, *args], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -196,7 +196,7 @@ def test_a_helper_that_left_the_servers_session_ends_with_golden(golden, tmp_pat
 # place (importlib's module-lock callbacks) where Python cannot raise a KeyboardInterrupt: it
 # prints "Exception ignored in ..." and goes on.
 IN_A_CALLBACK = """import sys, time, weakref
-from golden_cli import startup_interrupt
+from cli import startup_interrupt
 if sys.argv[1] == "armed":
     startup_interrupt.arm()
 class Thing: pass
@@ -235,7 +235,7 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_still_ends_a_starting_golden(
 
 def test_an_ignored_sigint_stays_ignored_while_golden_starts():
     code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "from golden_cli import startup_interrupt; startup_interrupt.arm()\n"
+            "from cli import startup_interrupt; startup_interrupt.arm()\n"
             "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -246,8 +246,8 @@ def test_the_command_gets_ctrl_c_back_as_a_keyboard_interrupt():
     """The app's callback disarms the guard: a command's own handling (servers stopped, an error
     report) needs the KeyboardInterrupt."""
     code = ("import signal\n"
-            "from golden_cli import startup_interrupt; startup_interrupt.arm()\n"
-            "from golden_cli.main import main; main(debug=False, history=None, version=False)\n"
+            "from cli import startup_interrupt; startup_interrupt.arm()\n"
+            "from cli.main import main; main(debug=False, history=None, version=False)\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.server.transport import ClientOptions
 from replay.engine.config import get_config
 from replay.engine.model import HybridModel

@@ -7,7 +7,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from golden_cli.profiles_cmd import app
+from cli.profiles_cmd import app
 from replay.server.launch import builtin_profile_names
 
 runner = CliRunner()

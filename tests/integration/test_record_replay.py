@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.store import read_golden
 from tests.support.goldens import SMALL_TREE, record_scenario, replay_on_stub
 from tests.support.stub_server import StubConfig, StubServer

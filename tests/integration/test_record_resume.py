@@ -13,7 +13,7 @@ import pytest
 import zarr
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.server.apis.base import Completion
 from replay.run.journal import decode as journal_decode, encode as journal_encode, journal_path
 from tests.support.stub_server import StubConfig, StubServer

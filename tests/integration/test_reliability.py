@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from tests.support.goldens import record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 

@@ -29,7 +29,7 @@ def broken_sglang(root: Path) -> Path:
 
 
 def serve(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "golden_cli", "serve", "--frontend", "sglang",
+    return subprocess.run([sys.executable, "-m", "cli", "serve", "--frontend", "sglang",
                            "--port", "39999"], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env={**os.environ, **env})
 
@@ -66,7 +66,7 @@ def test_golden_serve_stops_when_its_parent_dies(tmp_path):
     from replay.server.launch import free_port
 
     port = free_port()
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, sys.executable, "-m", "golden_cli",
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, sys.executable, "-m", "cli",
                                "serve", "--port", str(port)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     server = int(parent.stdout.readline())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.server.apis.sglang_wire import FLAT_KEYS
 from tests.support.goldens import SMALL_TREE, record_scenario
 from tests.support.stub_server import StubConfig, StubServer

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.scenario import ScenarioSpec, build_plan
 from replay.jobs import session
 from tests.support.stub_server import StubConfig, StubServer

@@ -76,7 +76,7 @@ def record_and_signal(work: Path, profile: str, model: str, sig: signal.Signals,
     stderr_path = work / "golden.stderr"
     with stderr_path.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "golden_cli", "record", "--launch", profile, "--model", model,
+            [sys.executable, "-m", "cli", "record", "--launch", profile, "--model", model,
              "--scenario", str(scenario), "--out", str(work / "out.zarr"), "--concurrency", "1",
              "--log-dir", str(work / "logs")],
             cwd=paths.REPO, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,

@@ -1,6 +1,8 @@
-"""What the distribution installs: every package folder of the source tree, the CLI under its own
-import name `golden_cli` (never a top-level `cli` that another distribution could shadow)."""
+"""What the distribution installs: every package folder of the source tree under the folder's
+own name, the CLI as `cli` (the folder cli/), and no other distribution's `cli` in its place."""
 
+import subprocess
+import sys
 import tomllib
 
 from tests.support import paths
@@ -17,8 +19,16 @@ def test_every_replay_package_folder_is_installed():
     assert sorted(n for n in _declared() if n.startswith("replay")) == folders
 
 
-def test_the_cli_installs_as_golden_cli_not_cli():
+def test_the_cli_installs_under_its_folders_name():
     project = tomllib.loads((paths.REPO / "pyproject.toml").read_text())
-    assert project["tool"]["setuptools"]["package-dir"] == {"golden_cli": "cli"}
-    assert "cli" not in _declared()
-    assert project["project"]["scripts"]["golden"] == "golden_cli.entry:main"
+    assert "package-dir" not in project["tool"]["setuptools"]  # every import name is its folder
+    assert "cli" in _declared()
+    assert project["project"]["scripts"]["golden"] == "cli.entry:main"
+
+
+def test_the_cli_an_interpreter_imports_from_elsewhere_is_this_repositorys():
+    """Started outside the repository (no working directory on sys.path), `import cli` still
+    finds this cli/ folder: no other distribution's top-level `cli` shadows it."""
+    done = subprocess.run([sys.executable, "-c", "import cli; print(cli.__file__)"],
+                          capture_output=True, text=True, cwd="/", check=True)
+    assert done.stdout.strip() == str(paths.REPO / "cli" / "__init__.py")

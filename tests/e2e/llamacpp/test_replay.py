@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.store import read_golden
 from replay.server.launch import launched, load_profile
 from tests.support import paths

@@ -30,7 +30,7 @@ except UsageError as exc:
 def replay(tmp_path, topology: str, *extra: str) -> tuple[int, dict, str]:
     report = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "golden_cli", "replay", str(GOLDEN), "--launch", topology,
+        [sys.executable, "-m", "cli", "replay", str(GOLDEN), "--launch", topology,
          "--report", str(report), "--log-dir", str(tmp_path / "logs"), *extra],
         capture_output=True, text=True, timeout=600, cwd=paths.REPO)
     return proc.returncode, json.loads(report.read_text()), proc.stdout + proc.stderr

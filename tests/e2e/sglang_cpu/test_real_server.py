@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.server.launch import launched, load_profile
 from replay.sglang_cpu.locate import default_venv, install_hint
 from replay.sglang_cpu.patches import LOG_PREFIX

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.utils import aio
 from replay.server.transport import ClientOptions
 from replay.server.connection import Connection, connect

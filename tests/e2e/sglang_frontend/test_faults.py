@@ -17,7 +17,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.engine.config import get_config
 from replay.golden.scenario import PRESETS
 from replay.jobs.detection import (BEYOND_REPLAY, judge_fault, profile_for, record_reference,

@@ -24,7 +24,7 @@ from tests.support.processes import alive
 pytestmark = pytest.mark.skipif(sglang_python() is None, reason=install_hint())
 
 STARTUP = 300  # seconds, on a busy 2-core machine
-GOLDEN = [sys.executable, "-m", "golden_cli", "serve", "--frontend", "sglang"]
+GOLDEN = [sys.executable, "-m", "cli", "serve", "--frontend", "sglang"]
 # A parent that starts `golden serve`, says its pid, and waits to be killed.
 PARENT = ("import subprocess, sys; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True);"
           " p.wait()")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.server.apis.base import RequestExtras
 from replay.server.apis.sglang import SGLangApi, generate_body
 from replay.server.apis.sglang_wire import FLAT_KEYS, NEWEST, wire_for

@@ -4,7 +4,7 @@ model (name, architecture or weight version) is not, and the replay refuses it (
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.golden.fingerprint import ModelIdentity, model_identity, model_mismatch
 from tests.support.stub_server import StubConfig, StubServer
 

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from golden_cli.main import exits_cleanly
-from golden_cli.matrix_cmd import cell, matrix, matrix_table, verdict_lines
+from cli.main import exits_cleanly
+from cli.matrix_cmd import cell, matrix, matrix_table, verdict_lines
 from replay.server.transport import ClientOptions
 from replay.utils.errors import UsageError
 from replay.jobs.matrix import matrix_junit, run_matrix, worst_verdict
@@ -110,7 +110,7 @@ def test_a_profiles_error_is_one_error_line_on_stderr(cli_run):
 
 def test_each_profile_report_carries_the_command_that_replays_it_alone(cli_run, tmp_path,
                                                                         monkeypatch):
-    from golden_cli.main import app
+    from cli.main import app
 
     _, doc, _, _ = cli_run
     rerun = doc["matrix"]["reports"]["drift"]["rerun"]

@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from golden_cli.main import exits_cleanly
-from golden_cli.update_cmd import update
+from cli.main import exits_cleanly
+from cli.update_cmd import update
 from replay.golden.store import read_golden
 from replay.jobs.update import CHANGED, ERROR, UNCHANGED, UpdateOptions, find_goldens, update_goldens
 from tests.data.fake_servers.helpers import SMALL, fake_profile, record_golden

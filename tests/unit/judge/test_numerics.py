@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.judge.numerics import compare_numerics
 from tests.support.goldens import replay_on_stub
 from tests.support.stub_server import StubConfig, StubServer

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import typer
 
-from golden_cli.options import exits_cleanly
+from cli.options import exits_cleanly
 from typer.testing import CliRunner
 
-from golden_cli.report_cmd import report as report_command
+from cli.report_cmd import report as report_command
 from replay.report.html import render_html, write_html
 from replay.report.html.histogram import cache_granularity
 from replay.report.document import SCHEMA, report_dict

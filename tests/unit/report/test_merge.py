@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from golden_cli.main import app
+from cli.main import app
 from replay.jobs import session
 from replay.run.replayer import ReplayOptions
 from replay.utils.errors import UsageError

@@ -12,8 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from golden_cli.main import app
-from golden_cli.options import REPLAY_FLAGS, takes_replay_options
+from cli.main import app
+from cli.options import REPLAY_FLAGS, takes_replay_options
 from replay.jobs import pytest_plugin, session
 from replay.jobs.minimize import Candidate, Judgement, Result
 from replay.jobs.minimize_session import Failure, MinimizeSettings, repro_script
