@@ -18,7 +18,7 @@ from xml.etree import ElementTree as ET
 
 from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, UsageError
-from replay.server.launch import LaunchProfile
+from replay.server.profile import LaunchProfile
 from replay.server.target import ServerTarget
 from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
