@@ -62,7 +62,7 @@ class ServerTarget:
     def argv(self) -> list[str]:
         """The command-line options that name this server to `golden` (`--server URL`, or
         `--launch PROFILE` with its launch fields): what a rerun command or repro.sh passes.
-        Secrets stay in the words; the shell writer replaces them (replay/jobs/repro_script.py)."""
+        Secrets stay in the words; the shell writer replaces them (replay/jobs/minimize/repro_script.py)."""
         if self.url is not None:
             return ["--server", self.url]
         argv = ["--launch", str(self.profile)]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.jobs.minimize import Candidate, Judgement, Result
-from replay.jobs.minimize_session import Failure, MinimizeSettings, repro_script
-from replay.jobs.repro_script import Secret, rerun_command, sh_word
+from replay.jobs.minimize.search import Candidate, Judgement, Result
+from replay.jobs.minimize.session import Failure, MinimizeSettings, repro_script
+from replay.jobs.minimize.repro_script import Secret, rerun_command, sh_word
 from replay.run.replayer import ReplayOptions
 from replay.server.target import ServerTarget
 from replay.server.transport import ClientOptions
