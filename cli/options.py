@@ -109,6 +109,8 @@ def progress_bars(quiet: bool) -> Any:
 # Option declarations, shared by every command that takes them.
 ServerOpt = typer.Option(None, "--server", help="Base URL of a running server, e.g. http://127.0.0.1:30000.", show_default=False)
 LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
+ControlOpt = typer.Option(None, "--control", help="Also replay against this control profile (launched like --launch: same model and server args, no fault) and say of each failure whether the control has it too: `auto` is the tested profile's own control (docs/control.md).", show_default=False)
+ControlServerOpt = typer.Option(None, "--control-server", help="Like --control, but a running control server at this URL.", show_default=False)
 ModelOpt = typer.Option(None, "--model", help="Model for --launch profiles that need one (SGLang: a path or hub id).", show_default=False)
 LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
 ServerArgOpt = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat; use --server-arg=--flag=value).", show_default=False)

@@ -14,6 +14,7 @@ import numpy as np
 
 from replay.utils.bits import ULP_INFINITE, hex_bits
 from replay.judge.diff import IDENTICAL
+from replay.report.control import control_outcome_fields
 from replay.report.results import ReplayResult, RequestOutcome
 
 SCHEMA = "golden-replay/report/1"
@@ -33,7 +34,7 @@ def _ulp(u: int) -> int | str:
     return "inf" if u >= ULP_INFINITE else int(u)
 
 
-def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
+def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any]:
     d = o.diff
     first = None
     if d.first is not None:
@@ -54,7 +55,10 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "first_divergence": first,
         "token_divergence_position": d.token_position,
         "prompt_logprobs": _prompt(o),
+        "answer_sha256": o.answer_digest or None,
     }
+    if with_control:  # a report with a control replay (docs/control.md)
+        out.update(control_outcome_fields(o))
     if o.worker is not None:  # replayed through a router (docs/topologies.md)
         out["worker"] = o.worker
         out["routing_note"] = o.routing_note
@@ -156,10 +160,13 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "max_ulp": _ulp(max((o.diff.max_ulp for o in outcomes), default=0)),
             "cache_hit_lengths": result.hit_lengths,
             "cached_tokens_by_tier": result.tiers,
+            **({"failed_on_tier_only": result.control["failed_on_tier_only"]}
+               if result.control is not None else {}),
         },
         "numerics": result.numerics,
+        **({"control": result.control} if result.control is not None else {}),
         **({"routing": result.routing} if result.routing is not None else {}),
         "golden_meta": result.golden_meta,
         "server_meta": result.server_meta,
-        "requests": [outcome_dict(o) for o in outcomes],
+        "requests": [outcome_dict(o, result.control is not None) for o in outcomes],
     }

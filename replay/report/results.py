@@ -31,6 +31,12 @@ class RequestOutcome:
     prompt: PromptDiff | None = None  # prompt logprobs, when the golden holds them
     worker: int | None = None  # behind a router: the worker that served it (replay/jobs/routing.py)
     routing_note: str | None = None  # a shortfall the routing explains (not a cache bug)
+    answer_digest: str = ""  # sha256 of the answer's bits (ids, logprobs, top-k, prompt logprobs)
+    # With a control replay (replay/report/control.py), for a request that failed: the control's
+    # status for it, and whether the control answered with the very same bits
+    control_status: str | None = None
+    control_passed: bool | None = None
+    control_same_bits: bool | None = None
 
     @property
     def status(self) -> str:
@@ -68,6 +74,7 @@ class ReplayResult:
     routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
     # workers share one L3 directory: a turn-0 branch > 0 may reuse its group prefix from there
     siblings_share_storage: bool = False
+    control: dict[str, Any] | None = None  # the control replay's summary (replay/report/control.py)
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
