@@ -135,9 +135,10 @@ def golden_tree(golden: Any, name: str) -> Any:
     spec = golden.scenario
     meta = golden.meta
     model = (meta.get("model_info") or {}).get("model_path", "?")
+    reference = meta.get("reference", "cache-off")
     root = Tree(f"{name}: scenario {spec.get('name')} (seed {spec.get('seed')}, top-k "
-                f"{golden.top_k}), model {model}, from {meta.get('server_url', '?')} "
-                f"at {meta.get('created', '?')}")
+                f"{golden.top_k}), model {model}, {reference} reference from "
+                f"{meta.get('server_url', '?')} at {meta.get('created', '?')}")
     groups: dict[int, Any] = {}
     nodes: dict[int, Any] = {}
     for i, r in enumerate(golden.requests):

@@ -268,8 +268,12 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     """Record over an open connection (the journal, when asked for, around it)."""
     from replay.run.recorder import NonDeterministicReference
 
+    from replay.run.recorder import CACHE_OFF
+
     facts = await server_facts(conn)
-    for warning in reference_warnings(facts.server_info, conn.api):
+    warnings = reference_warnings(facts.server_info, conn.api) \
+        if options.reference == CACHE_OFF else []
+    for warning in warnings:
         if notify:
             notify(f"warning: {warning}")
     journal, already = None, {}

@@ -22,6 +22,7 @@ from replay.judge.cache_check import (
     HitTally,
     isolation_problem,
     parse_expectation,
+    reference_reuse_problem,
     with_eviction_pressure,
 )
 from replay.server.connection import Connection
@@ -197,6 +198,10 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
                                       lag=lag, cap=cap)
         expected = (expectation.minimum(history, output, lag, cap)
                     if req.turn > 0 and expectation.kind != "none" else None)
+        if golden.meta.get("reference") == "cached" and req.turn > 0:
+            problem = problem or reference_reuse_problem(completion.cached_tokens,
+                                                         req.cached_tokens)
+            expected = req.cached_tokens
     top = None
     if diff.status != IDENTICAL and diff.first is not None and req.top_ids is not None \
             and completion.top_ids is not None:
