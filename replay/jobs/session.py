@@ -283,6 +283,11 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     try:
         golden = await record(conn, plan, options, tick, facts=facts, journal=journal,
                               already=already)
+        misreported = golden.meta.get("server_misreported_prompt_ids")
+        if misreported and notify:
+            notify(f"warning: the server reported prompt token ids other than sent in "
+                   f"{misreported} request(s) (its bug: docs/findings/sglang-ids.md); the "
+                   "logprobs are the sent tokens' and were recorded")
         after = model_identity(await conn.model_info(), facts.server_info).label
         if after != facts.model:
             raise ModelChanged(f"the server's model changed during the recording ({facts.model!r} "

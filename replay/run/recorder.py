@@ -166,6 +166,9 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
                        flush=conn.api.flush_note)
     if cached:  # absent means cache-off, so goldens recorded before read as they did
         meta["reference"] = CACHED
+    misreported = sum(1 for c in runs[0] if c.misreported_ids)
+    if misreported:  # the values are the true tokens'; only the reported ids are wrong
+        meta["server_misreported_prompt_ids"] = misreported
     return Golden(
         scenario=plan.spec.to_dict(),
         prefixes=plan.prefixes,

@@ -216,6 +216,7 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
         cached_details=completion.cached_details, expected_min_cached=expected,
         cache_problem=problem, top=top, num_retractions=completion.num_retractions,
         retraction_lag=lag, prompt=prompt, answer_digest=answer_digest(completion),
+        misreported_ids=completion.misreported_ids,
     )
 
 
