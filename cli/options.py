@@ -111,6 +111,8 @@ def progress_bars(quiet: bool) -> Any:
 # Option declarations, shared by every command that takes them.
 ServerOpt = typer.Option(None, "--server", help="Base URL of a running server, e.g. http://127.0.0.1:30000.", show_default=False)
 LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
+ControlOpt = typer.Option(None, "--control", help="Also replay against this control profile (launched like --launch: same model and server args, no fault) and say of each failure whether the control has it too: `auto` is the tested profile's own control (docs/control.md).", show_default=False)
+ControlServerOpt = typer.Option(None, "--control-server", help="Like --control, but a running control server at this URL.", show_default=False)
 ModelOpt = typer.Option(None, "--model", help="Model for --launch profiles that need one (SGLang: a path or hub id).", show_default=False)
 LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
 ServerArgOpt = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat; use --server-arg=--flag=value).", show_default=False)
@@ -122,6 +124,7 @@ ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Beare
 AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
 ApiOpt = typer.Option("auto", "--api", help=api_help())
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
+ReferenceOpt = typer.Option("cache-off", "--reference", help="Which reference to record: cache-off (every request from scratch), or cached (the server's cache on and a pool nothing is evicted from, e.g. --launch sglang-cached-reference: follow-up turns reuse decode-written KV as a cached replay does, for kernels whose decode and prefill differ; docs/control.md).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
 PolicyOpt = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N.")
 RepeatOpt = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache).")

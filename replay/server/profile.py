@@ -36,7 +36,7 @@ PLACEHOLDERS = AUTOMATIC + USER_GIVEN
 Notify = Callable[[str], None]
 PROFILE_KEYS = {
     "name", "description", "command", "env", "optional_args", "cwd", "health",
-    "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids", "api",
+    "startup_timeout", "stop_timeout", "warmup", "warmup_input_ids", "api", "control",
 }
 
 
@@ -57,6 +57,9 @@ class LaunchProfile:
     warmup_input_ids: tuple[int, ...] = (1, 2, 3, 4)
     api: str = "sglang"  # the API the server speaks: its adapter builds the warm-up request
     source: str = "built-in"  # "built-in" or the TOML file it came from
+    # The profile of this server's control twin: the same numerics with the part under test off
+    # (a HiCache profile's radix-only server); what `golden replay --control auto` launches.
+    control: str | None = None
 
     @property
     def required(self) -> list[str]:
@@ -149,6 +152,7 @@ def parse_profile(text: str, *, default_name: str, source: str) -> LaunchProfile
                                          f"{where}: warmup_input_ids")),
         api=check_api_name(_string(data.get("api", "sglang"), f"{where}: api")),
         source=source,
+        control=_string(data["control"], f"{where}: control") if "control" in data else None,
     )
     _check_placeholders(profile, where)
     return profile

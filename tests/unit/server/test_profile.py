@@ -48,6 +48,14 @@ EXPECTED_SGLANG_ARGV = {
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct", "--hicache-storage-backend", "file",
         "--hicache-storage-prefetch-policy", "wait_complete", "--enable-deterministic-inference"],
+    "sglang-radix": SG + PINNED + [
+        "--mamba-track-interval", "128", "--max-total-tokens", "4096", "--mem-fraction-static",
+        "0.85", "--max-running-requests", "4", "--max-mamba-cache-size", "500",
+        "--enable-deterministic-inference"],
+    "sglang-cached-reference": SG + PINNED + [
+        "--mamba-track-interval", "128", "--mem-fraction-static", "0.85",
+        "--max-running-requests", "4", "--max-mamba-cache-size", "500",
+        "--enable-deterministic-inference"],
     "sglang-npu-reference": SG + NPU_SHAPE + [
         "--disable-radix-cache", "--disable-overlap-schedule", "--enable-deterministic-inference"],
     "sglang-npu-hicache": SG + NPU_SHAPE + [
