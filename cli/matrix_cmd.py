@@ -18,40 +18,34 @@ TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywher
 
 
 @o.takes_replay_options()
+@o.takes_client_options()
+@o.takes_server_target(without=("url",), many=True, override={"log_dir": typer.Option(
+    Path("golden-logs"), "--log-dir", help="Server logs go here, one PROFILE.log each.")})
 def matrix(
     golden_path: Path = o.GoldenArg,
-    launch: list[str] = typer.Option(..., "--launch", help="A launch profile (name or TOML file); repeat for each configuration.", show_default=False),
-    model: str = o.ModelOpt,
-    attention_backend: str = o.AttentionBackendOpt,
+    target: Any = None,  # --launch (repeated) and the launch options: one target per profile
     report: Path = typer.Option(None, "--report", help="Write the matrix JSON report here (docs/ci.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here: one testsuite per profile.", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
     options: Any = None,  # every replay option, one typer option each (takes_replay_options)
-    log_dir: Path = typer.Option(Path("golden-logs"), "--log-dir", help="Server logs go here, one PROFILE.log each."),
     shard: str = o.ShardOpt,
-    fault: str = o.FaultOpt,
-    server_arg: list[str] = o.ServerArgOpt,
-    concurrency: int = o.ConcurrencyOpt,
-    timeout: float = o.TimeoutOpt,
+    client: Any = None,  # every client option (takes_client_options)
     api: str = o.ApiOpt,
-    api_key: str = o.ApiKeyOpt,
-    admin_api_key: str = o.AdminApiKeyOpt,
     quiet: bool = o.QuietOpt,
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
+    from dataclasses import replace
+
     from replay.jobs.matrix import matrix_junit, run_matrix
     from replay.report.files import remove_stale, write_reports
     from replay.golden.shard import parse_shard
 
-    copts = o.client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
     notify = o.notify_stderr(quiet)
-    targets = [o.server_target(None, name, model, log_dir, fault=fault, server_arg=server_arg,
-                               attention_backend=attention_backend, notify=notify)
-               for name in launch]
+    targets = [replace(t, notify=notify) for t in target]
     remove_stale(report, junit, html)
-    doc = run_matrix(golden_path, targets, options, copts, shard=shard, api=api,
+    doc = run_matrix(golden_path, targets, options, client, shard=shard, api=api,
                      progress=o.progress_bars(quiet), notify=notify)
     write_reports(doc, report=report, junit=junit, html=html,
                   junit_text=matrix_junit(doc) if junit else None)

@@ -14,24 +14,13 @@ from typing import Any
 import typer
 
 from cli.options import (
-    AdminApiKeyOpt,
-    ApiKeyOpt,
     ApiOpt,
-    AttentionBackendOpt,
-    ConcurrencyOpt,
-    FaultOpt,
     GoldenArg,
-    LaunchOpt,
-    LogDirOpt,
-    ModelOpt,
     QuietOpt,
-    ServerArgOpt,
-    ServerOpt,
-    TimeoutOpt,
-    client_options,
     notify_stderr,
-    server_target,
+    takes_client_options,
     takes_replay_options,
+    takes_server_target,
 )
 
 NOT_REPRODUCED = 3  # exit code: the failure did not reproduce on the final rerun
@@ -39,26 +28,19 @@ REPEAT_HELP = "Judge each candidate by N repeats; a failure in any of them count
 
 
 @takes_replay_options(override={"repeat": typer.Option(1, "--repeat", help=REPEAT_HELP)})
+@takes_client_options()
+@takes_server_target()
 def minimize(
     golden_path: Path = GoldenArg,
     out: Path = typer.Option(..., "--out", help="Directory for golden.zarr, repro.sh, minimize.json and report.json.", show_default=False),
-    server: str = ServerOpt,
-    launch: str = LaunchOpt,
-    model: str = ModelOpt,
-    attention_backend: str = AttentionBackendOpt,
-    log_dir: Path = LogDirOpt,
-    server_arg: list[str] = ServerArgOpt,
-    fault: str = FaultOpt,
+    target: Any = None,  # --server or --launch and the launch options (takes_server_target)
     report: Path = typer.Option(None, "--report", help="The failing replay's JSON report (saves the first replay; names the failure).", show_default=False),
     budget: str = typer.Option(None, "--budget", help="Stop after SECONDS (600, 10m) or RUNS (40runs) and keep the smallest failing replay found.", show_default=False),
     failure: str = typer.Option(None, "--failure", help="The failure class to keep: token_divergence | logprob_drift | prompt_logprob_drift | over_reported | cache_miss | tier (default: the start's most frequent).", show_default=False),
     same_tier: bool = typer.Option(False, "--same-tier", help="Also keep the cache tier of the failing hits (host/storage when any)."),
     options: Any = None,  # every replay option, one typer option each (takes_replay_options)
-    concurrency: int = ConcurrencyOpt,
-    timeout: float = TimeoutOpt,
+    client: Any = None,  # every client option (takes_client_options); --concurrency is the start
     api: str = ApiOpt,
-    api_key: str = ApiKeyOpt,
-    admin_api_key: str = AdminApiKeyOpt,
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty --out directory."),
     quiet: bool = QuietOpt,
 ) -> None:
@@ -72,12 +54,9 @@ def minimize(
         Failure(failure)  # a bad class is an error before any replay
     settings = MinimizeSettings(
         options=options,
-        client=client_options(concurrency, timeout, api_key, admin_api_key), api=api,
-        failure=failure,
-        same_tier=same_tier, budget=parse_budget(budget))
+        client=client, api=api, failure=failure, same_tier=same_tier,
+        budget=parse_budget(budget))
     check_out_dir(out, force)
-    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg,
-                           attention_backend=attention_backend)
     result = minimize_golden(golden_path, target, out, settings, report=report, force=force,
                              progress=notify_stderr(quiet))
     final, start = result.final, result.start

@@ -137,18 +137,13 @@ ShardOpt = typer.Option(None, "--shard", help="Replay only shard i of n (whole g
 GoldenArg = typer.Argument(..., metavar="GOLDEN", help="A golden written by `golden record`.")
 
 
-def client_options(concurrency: int, timeout: float, api_key: str | None = None,
-                   admin_api_key: str | None = None) -> Any:
-    from replay.server.transport import ClientOptions
-
-    return ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key,
-                         admin_api_key=admin_api_key)
-
-
-# The replay options (`ReplayOptions`, replay/run/replayer.py), one declaration each: the field
-# name, its type for typer and its `typer.Option`. `takes_replay_options` gives a command all of
-# them; tests/unit/run/test_options_parity.py fails when a field is missing here.
-REPLAY_FLAGS: dict[str, tuple[Any, Any]] = {
+# The option groups, one declaration each: field name -> its type for typer and its
+# `typer.Option` (the flag is the library's: option_flag(field) for ReplayOptions,
+# ClientOptions.FLAGS, ServerTarget.FLAGS). A `takes_*` decorator gives a command a whole group
+# as one parameter; tests/unit/run/test_options_parity.py and test_client_target_parity.py fail
+# when a field is missing here, from a command, from the pytest plugin or from what repro.sh
+# writes back.
+REPLAY_FLAGS: dict[str, tuple[Any, Any]] = {  # ReplayOptions, replay/run/replayer.py
     "policy": (str, PolicyOpt),
     "repeat": (int, RepeatOpt),
     "schedule": (str, ScheduleOpt),
@@ -157,35 +152,86 @@ REPLAY_FLAGS: dict[str, tuple[Any, Any]] = {
     "allow_model_mismatch": (bool, AllowModelMismatchOpt),
     "allow_numerics_mismatch": (bool, AllowNumericsMismatchOpt),
 }
+CLIENT_FLAGS: dict[str, tuple[Any, Any]] = {  # ClientOptions, replay/server/transport.py
+    "concurrency": (int, ConcurrencyOpt),
+    "request_timeout": (float, TimeoutOpt),
+    "api_key": (str, ApiKeyOpt),
+    "admin_api_key": (str, AdminApiKeyOpt),
+}
+TARGET_FLAGS: dict[str, tuple[Any, Any]] = {  # ServerTarget, replay/server/target.py
+    "url": (str, ServerOpt),
+    "profile": (str, LaunchOpt),
+    "model": (str, ModelOpt),
+    "attention_backend": (str, AttentionBackendOpt),
+    "log_dir": (Path, LogDirOpt),
+    "extra_args": (list[str], ServerArgOpt),
+    "fault": (str, FaultOpt),
+}
+Override = dict[str, Any]  # field -> a typer.Option (another help), or (type, typer.Option)
+# What the commands that record a reference (record, update) do not take: a fault is what a
+# replay is there to catch, never part of a reference.
+NOT_FOR_A_REFERENCE = ("fault",)
 
 
-def takes_replay_options(*, override: dict[str, Any] | None = None) -> Callable[[F], F]:
+def takes_replay_options(*, override: Override | None = None) -> Callable[[F], F]:
     """Give a command every replay option: its parameter `options` becomes one typer option per
-    entry of REPLAY_FLAGS (in that place, in that order), and the command receives them back as
-    one `ReplayOptions` (checked on construction). `override` replaces a field's `typer.Option`
-    (another help text; the flag and the default stay those of REPLAY_FLAGS)."""
+    entry of REPLAY_FLAGS, received back as one `ReplayOptions` (checked on construction)."""
+    return expands("options", REPLAY_FLAGS, replay_options, override=override)
+
+
+def takes_client_options(*, override: Override | None = None) -> Callable[[F], F]:
+    """Give a command every client option: its parameter `client` becomes one typer option per
+    entry of CLIENT_FLAGS, received back as one `ClientOptions`."""
+    return expands("client", CLIENT_FLAGS, client_options, override=override)
+
+
+def takes_server_target(*, without: tuple[str, ...] = (), override: Override | None = None,
+                        many: bool = False) -> Callable[[F], F]:
+    """Give a command the server options: its parameter `target` becomes one typer option per
+    entry of TARGET_FLAGS (less `without`: the fields the command refuses), received back as one
+    `ServerTarget`; with `many`, `--launch` repeats and `target` is one `ServerTarget` per
+    profile (a matrix). A launch's choices (the pinned attention backend) go to stderr, by
+    default even with --quiet: which kernels ran is part of every result."""
+    build = server_targets if many else server_target
+    if many:
+        launch = typer.Option(..., "--launch", help="A launch profile (name or TOML file); repeat "
+                              "for each configuration.", show_default=False)
+        override = {"profile": (list[str], launch), **(override or {})}
+    return expands("target", TARGET_FLAGS, build, override=override, without=without)
+
+
+def expands(param: str, flags: dict[str, tuple[Any, Any]], build: Callable[..., Any], *,
+            override: Override | None = None, without: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """The command's parameter `param` becomes one typer option per entry of `flags` but those
+    `without` (in that place, in that order), and the command receives `build(**values)` there.
+    `override` replaces an entry's `typer.Option` (another help text; the flag and default stay)
+    or, given as (type, option), its type too."""
+    chosen = {n: flags[n] for n in flags if n not in without}
+    for name, value in (override or {}).items():
+        chosen[name] = value if isinstance(value, tuple) else (chosen[name][0], value)
 
     def decorate(fn: F) -> F:
         signature = inspect.signature(fn)
-        names = list(REPLAY_FLAGS)
-        flags = {**{n: REPLAY_FLAGS[n][1] for n in names}, **(override or {})}
-        if "options" not in signature.parameters:
-            raise TypeError(f"{fn.__name__} has no `options` parameter to expand")
+        if param not in signature.parameters:
+            raise TypeError(f"{fn.__name__} has no `{param}` parameter to expand")
+        taken = [n for n in chosen if n in signature.parameters]
+        if taken:
+            raise TypeError(f"{fn.__name__} already has parameter(s) {taken}")
         expanded = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                      default=flags[n], annotation=REPLAY_FLAGS[n][0])
-                    for n in names]
+                                      default=option, annotation=kind)
+                    for n, (kind, option) in chosen.items()]
         params: list[inspect.Parameter] = []
         for p in signature.parameters.values():
-            params += expanded if p.name == "options" else [p]
+            params += expanded if p.name == param else [p]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            kwargs["options"] = replay_options(**{n: kwargs.pop(n) for n in names})
+            kwargs[param] = build(**{n: kwargs.pop(n) for n in chosen})
             return fn(*args, **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        kept = {k: v for k, v in fn.__annotations__.items() if k != "options"}
-        wrapper.__annotations__ = {**kept, **{n: REPLAY_FLAGS[n][0] for n in names}}
+        kept = {k: v for k, v in fn.__annotations__.items() if k != param}
+        wrapper.__annotations__ = {**kept, **{n: kind for n, (kind, _) in chosen.items()}}
         return wrapper  # type: ignore[return-value]
 
     return decorate
@@ -198,14 +244,21 @@ def replay_options(**values: Any) -> Any:
     return ReplayOptions(**values)
 
 
-def server_target(server: str | None, launch: str | None, model: str | None, log_dir: Path,
-                  fault: str | None = None, server_arg: list[str] | None = None,
-                  attention_backend: str | None = None,
-                  notify: Callable[[str], None] | None = None) -> Any:
-    """Where the server is. A launch's choices (the pinned attention backend) go to stderr
-    (by default even with --quiet: which kernels ran is part of every result)."""
+def client_options(**values: Any) -> Any:
+    """`ClientOptions` from the command line's values (unnamed fields default)."""
+    from replay.server.transport import ClientOptions
+
+    return ClientOptions(**values)
+
+
+def server_target(**values: Any) -> Any:
+    """`ServerTarget` from the command line's values (unnamed fields default)."""
     from replay.server.target import ServerTarget
 
-    return ServerTarget(url=server, profile=launch, model=model, log_dir=log_dir, fault=fault,
-                        extra_args=tuple(server_arg or ()), attention_backend=attention_backend,
-                        notify=notify or notify_stderr())
+    values["extra_args"] = tuple(values.get("extra_args") or ())
+    return ServerTarget(**values, notify=notify_stderr())
+
+
+def server_targets(*, profile: list[str], **values: Any) -> list[Any]:
+    """One `ServerTarget` per launch profile, the other values shared (a matrix)."""
+    return [server_target(profile=name, **values) for name in profile]

@@ -11,42 +11,27 @@ from typing import Any
 import typer
 
 from cli.options import (
-    AttentionBackendOpt,
-    AdminApiKeyOpt,
-    ApiKeyOpt,
     ApiOpt,
-    ConcurrencyOpt,
     ControlOpt,
     ControlServerOpt,
-    FaultOpt,
     GoldenArg,
-    LaunchOpt,
-    LogDirOpt,
-    ModelOpt,
     QuietOpt,
-    ServerArgOpt,
-    ServerOpt,
     ShardOpt,
-    TimeoutOpt,
-    client_options,
     progress_bars,
-    server_target,
+    takes_client_options,
     takes_replay_options,
+    takes_server_target,
 )
 
 EXIT_CODES = {"pass": 0, "fail": 1}
 
 
 @takes_replay_options()
+@takes_client_options()
+@takes_server_target()
 def replay(
     golden_path: Path = GoldenArg,
-    server: str = ServerOpt,
-    launch: str = LaunchOpt,
-    model: str = ModelOpt,
-    attention_backend: str = AttentionBackendOpt,
-    log_dir: Path = LogDirOpt,
-    server_arg: list[str] = ServerArgOpt,
-    fault: str = FaultOpt,
+    target: Any = None,  # --server or --launch and the launch options (takes_server_target)
     shard: str = ShardOpt,
     control: str = ControlOpt,
     control_server: str = ControlServerOpt,
@@ -54,11 +39,8 @@ def replay(
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
     options: Any = None,  # every replay option, one typer option each (takes_replay_options)
-    concurrency: int = ConcurrencyOpt,
-    timeout: float = TimeoutOpt,
+    client: Any = None,  # every client option (takes_client_options)
     api: str = ApiOpt,
-    api_key: str = ApiKeyOpt,
-    admin_api_key: str = AdminApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Replay a golden against a server and diff every token bit for bit.
@@ -69,13 +51,10 @@ def replay(
     from replay.golden.shard import parse_shard
     from replay.server.target import control_target
 
-    copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
-    target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg,
-                           attention_backend=attention_backend)
     twin = control_target(target, control, control_server)
-    raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
+    raise typer.Exit(replay_and_report(golden_path, target, options, client, api=api, shard=shard,
                                        quiet=quiet, report=report, junit=junit, html=html,
                                        control=twin))
 

@@ -15,24 +15,21 @@ import typer
 from cli import options as o
 
 
+@o.takes_client_options()
+@o.takes_server_target(without=o.NOT_FOR_A_REFERENCE, override={"profile": typer.Option(
+    None, "--launch", help="Launch this profile instead (e.g. sglang-reference).",
+    show_default=False)})
 def update(
     directory: Path = typer.Argument(..., metavar="DIR", help="A directory of goldens (NAME.zarr, searched recursively)."),
-    server: str = o.ServerOpt,
-    launch: str = typer.Option(None, "--launch", help="Launch this profile instead (e.g. sglang-reference).", show_default=False),
-    model: str = o.ModelOpt,
-    attention_backend: str = o.AttentionBackendOpt,
-    log_dir: Path = o.LogDirOpt,
-    server_arg: list[str] = o.ServerArgOpt,
+    target: Any = None,  # --server or --launch and the launch options (takes_server_target)
     policy: str = typer.Option("exact", "--policy", help="What counts as a change: exact | kl:THRESHOLD | ulp:N."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Compare only; write nothing; exit 1 if anything would change."),
     allow_model_change: bool = typer.Option(False, "--allow-model-change", help="Re-record goldens even if the server serves another model than they were recorded with."),
     report_dir: Path = typer.Option(None, "--report-dir", help="Write each golden's old-vs-new comparison report here as JSON.", show_default=False),
     check_determinism: int = o.CheckDeterminismOpt,
     schedule: str = o.ScheduleOpt,
-    concurrency: int = o.ConcurrencyOpt,
-    timeout: float = o.TimeoutOpt,
+    client: Any = None,  # every client option (takes_client_options)
     api: str = o.ApiOpt,
-    api_key: str = o.ApiKeyOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary line and the changes."),
 ) -> None:
     """Re-record every golden in DIR against a reference server; replace the ones that changed."""
@@ -47,9 +44,6 @@ def update(
     options = UpdateOptions(policy=Policy.parse(policy), dry_run=dry_run,
                             allow_model_change=allow_model_change,
                             record=RecordOptions(schedule=schedule, check_determinism=check_determinism))
-    copts = o.client_options(concurrency, timeout, api_key)
-    target = o.server_target(server, launch, model, log_dir, server_arg=server_arg,
-                             attention_backend=attention_backend)
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory")
     if not find_goldens(directory):
@@ -66,7 +60,7 @@ def update(
         report_dir.mkdir(parents=True, exist_ok=True)
     if not quiet:
         render.err.print(f"re-recording goldens under {directory} from {target.label}", markup=False)
-    results = update_goldens(directory, target, options=options, client_options=copts, api=api,
+    results = update_goldens(directory, target, options=options, client_options=client, api=api,
                              notify=shown)
     for warning in results[0].warnings if results else []:
         render.err.print(f"warning: {warning}", markup=False)

@@ -4,15 +4,16 @@
         golden_replay("goldens/hicache-branching.zarr", expect_cache="mamba:128")
 
 Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
-starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
-that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
-visible GPU, docs/profiles.md), `--golden-api NAME` (as `golden replay --api`),
-`--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
-keep every replay's JSON report (CI artifacts), `--golden-api-key KEY` (or the environment's
-GOLDEN_API_KEY) for a server started with an API key. Without a server option the tests that use
-`golden_replay` are skipped, so a suite stays runnable on machines without an accelerator; an
-option given empty (`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip,
-and an unreachable server errors every test that uses it.
+starts one server for the whole session and stops it at the end), with every other server option
+of `golden replay` under the same name with `golden-` in front (`--golden-model M`,
+`--golden-attention-backend NAME`, `--golden-log-dir D`, `--golden-server-arg ARG`,
+`--golden-fault NAME`: `TARGET_OPTIONS`); `--golden-api NAME` (as `golden replay --api`);
+`--golden-report-dir D` to keep every replay's JSON report (CI artifacts); `--golden-api-key KEY`
+and `--golden-admin-api-key KEY` (or the environment's GOLDEN_API_KEY, GOLDEN_ADMIN_API_KEY) for a
+server started with keys. Without a server option the tests that use `golden_replay` are skipped,
+so a suite stays runnable on machines without an accelerator; an option given empty
+(`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip, and an unreachable
+server errors every test that uses it.
 
 Verdicts map onto pytest's own: `pass` returns the report dict, `fail` fails the test with the
 same first-divergence lines the CLI prints, `error` (no verdict: unreachable server, unreadable
@@ -41,28 +42,50 @@ class GoldenReplayError(Exception):
     """A replay reached no verdict (what the CLI reports with exit code 2)."""
 
 
+# The server options, one per field of ServerTarget (its flag with `golden-` in front:
+# --golden-server, --golden-launch, ...): field -> (metavar, help). The parity test
+# (tests/unit/run/test_client_target_parity.py) fails when a field has none.
+TARGET_OPTIONS: dict[str, tuple[str, str]] = {
+    "url": ("URL", "Replay goldens against this running server."),
+    "profile": ("PROFILE", "Launch this profile (a built-in name or a TOML file) for the session."),
+    "model": ("MODEL", "Model for launch profiles that need one."),
+    "attention_backend": ("NAME", "Attention backend for launched SGLang profiles (default: per "
+                                  "visible GPU)."),
+    "log_dir": ("DIR", "Where launched servers write their logs (default: a pytest temp dir)."),
+    "extra_args": ("ARG", "Append one argument to the launched server's command line (repeat)."),
+    "fault": ("NAME", "Inject this fault into the launched server (embedded-engine profiles)."),
+}
+# The client's secrets, from an option or the variable golden itself reads (ClientOptions.SECRET_ENV).
+SECRET_OPTIONS: dict[str, tuple[str, str]] = {
+    "api_key": ("--golden-api-key", "GOLDEN_API_KEY"),
+    "admin_api_key": ("--golden-admin-api-key", "GOLDEN_ADMIN_API_KEY"),
+}
+
+
+def target_option(field: str) -> str:
+    """The plugin's flag for a ServerTarget field: --golden-server, --golden-launch, ..."""
+    from replay.server.target import ServerTarget
+
+    return "--golden-" + ServerTarget.FLAGS[field].removeprefix("--")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("golden-replay", "golden-replay: replay goldens against a server")
-    group.addoption("--golden-server", metavar="URL", default=None,
-                    help="Replay goldens against this running SGLang-protocol server.")
-    group.addoption("--golden-launch", metavar="PROFILE", default=None,
-                    help="Launch this profile (a built-in name or a TOML file) for the session.")
-    group.addoption("--golden-model", metavar="MODEL", default=None,
-                    help="Model for launch profiles that need one.")
-    group.addoption("--golden-attention-backend", metavar="NAME", default=None,
-                    help="Attention backend for launched SGLang profiles (default: per visible GPU).")
+    for field, (metavar, help_text) in TARGET_OPTIONS.items():
+        group.addoption(target_option(field), metavar=metavar, help=help_text,
+                        **({"action": "append", "default": []} if field == "extra_args"
+                           else {"default": None}))
     group.addoption("--golden-api", metavar="NAME", default="auto",
                     help=f"The server's API: {api_help()}")
-    group.addoption("--golden-log-dir", metavar="DIR", default=None,
-                    help="Where launched servers write their logs (default: a pytest temp dir).")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,
                     help="Write each replay's JSON report here, named after the test.")
-    group.addoption("--golden-api-key", metavar="KEY", default=None,
-                    help=f"Bearer token for the server (or {API_KEY_ENV}); never written anywhere.")
+    for field, (flag, env) in SECRET_OPTIONS.items():
+        group.addoption(flag, metavar="KEY", default=None,
+                        help=f"{'Bearer token' if field == 'api_key' else 'Admin key'} for the "
+                             f"server (or {env}); never written anywhere.")
 
 
-API_KEY_ENV = "GOLDEN_API_KEY"
-NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key")
+NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key", "golden_admin_api_key")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,9 +99,23 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "leave the option out to skip the golden tests")
 
 
-def api_key(config: pytest.Config) -> str | None:
-    """--golden-api-key, else GOLDEN_API_KEY (an empty variable counts as unset)."""
-    return config.getoption("golden_api_key") or os.environ.get(API_KEY_ENV) or None
+def secrets(config: pytest.Config) -> dict[str, str | None]:
+    """The client's secrets: each option, else its variable (an empty one counts as unset)."""
+    return {field: config.getoption(flag.removeprefix("--").replace("-", "_"))
+            or os.environ.get(env) or None for field, (flag, env) in SECRET_OPTIONS.items()}
+
+
+def session_target(config: pytest.Config, log_dir: Path | None) -> Any:
+    """The ServerTarget the session's options name (every field from its --golden- option;
+    the logs in `log_dir` unless --golden-log-dir names a folder)."""
+    from replay.server.target import ServerTarget
+
+    values = {f: config.getoption(target_option(f).removeprefix("--").replace("-", "_"))
+              for f in TARGET_OPTIONS}
+    values = {k: (v or None) if k in ("url", "profile") else v for k, v in values.items()}
+    values["log_dir"] = Path(values["log_dir"]) if values["log_dir"] else log_dir
+    values["extra_args"] = tuple(values["extra_args"] or ())
+    return ServerTarget(**values, notify=_say(config))
 
 
 @pytest.fixture(scope="session")
@@ -86,21 +123,14 @@ def golden_server(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The server URL for the session: the given one, or one launched once and stopped at exit."""
     config = request.config
-    server = config.getoption("golden_server")
-    launch = config.getoption("golden_launch")
-    if not server and not launch:
+    if not config.getoption("golden_server") and not config.getoption("golden_launch"):
         pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
     from replay.utils.errors import GoldenError
-    from replay.server.target import ServerTarget
 
-    log_dir_opt = config.getoption("golden_log_dir")
-    log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
     try:
-        target = ServerTarget(url=server or None, profile=launch or None,
-                              model=config.getoption("golden_model"), log_dir=log_dir,
-                              attention_backend=config.getoption("golden_attention_backend"),
-                              notify=_say(config))
-        with target.serving(api_key(config)) as url:
+        given = config.getoption("golden_log_dir")
+        target = session_target(config, None if given else tmp_path_factory.mktemp("golden-logs"))
+        with target.serving(secrets(config)["api_key"]) as url:
             yield url
     except GoldenError as exc:
         pytest.fail(f"golden server: {exc}", pytrace=False)
@@ -126,12 +156,12 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
 
     report_dir = request.config.getoption("golden_report_dir")
     api = request.config.getoption("golden_api")
-    key = api_key(request.config)
+    keys = secrets(request.config)
     test_dir = request.path.parent
 
     def run(path: str | Path, **options: Any) -> dict[str, Any]:
         golden_path = resolve_golden_path(Path(path), test_dir)
-        doc = replay_golden(golden_server, golden_path, **{"api": api, "api_key": key, **options})
+        doc = replay_golden(golden_server, golden_path, **{"api": api, **keys, **options})
         if report_dir:
             Path(report_dir).mkdir(parents=True, exist_ok=True)
             write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
@@ -144,20 +174,22 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     return run
 
 
-def replay_golden(url: str, golden_path: Path, *, shard: str | None = None,
-                  concurrency: int = 16, timeout: float = 900.0, api: str = "auto",
-                  api_key: str | None = None, **options: Any) -> dict[str, Any]:
-    """One replay as a report dict; `options` are ReplayOptions' fields (policy, schedule,
-    repeat, expect_cache, ...: those of `golden replay`). Bad options raise UsageError (a mistake
-    in the test itself, shown as such); everything else that prevents a verdict is an `error`
-    report."""
+def replay_golden(url: str, golden_path: Path, *, shard: str | None = None, api: str = "auto",
+                  **options: Any) -> dict[str, Any]:
+    """One replay as a report dict. `options` are ReplayOptions' fields (policy, schedule,
+    repeat, expect_cache, ...: those of `golden replay`) and the client options, named like
+    their flags (concurrency, timeout, api_key, admin_api_key). Bad options raise UsageError (a
+    mistake in the test itself, shown as such); everything else that prevents a verdict is an
+    `error` report."""
     from replay.jobs import session
     from replay.server.transport import ClientOptions
     from replay.run.replayer import ReplayOptions
     from replay.golden.shard import parse_shard
 
+    keywords = {f: flag.removeprefix("--").replace("-", "_")
+                for f, flag in ClientOptions.FLAGS.items()}
+    copts = ClientOptions(**{f: options.pop(k) for f, k in keywords.items() if k in options})
     replay_options = ReplayOptions(**options)
-    copts = ClientOptions(concurrency=concurrency, request_timeout=timeout, api_key=api_key)
     if shard is not None:
         parse_shard(shard)
     return session.replay_golden(golden_path, session.ServerTarget(url=url), replay_options,

@@ -40,6 +40,7 @@ from replay.server.guard import watchdog
 from replay.server.listener import Unconfirmed, confirm_listener
 from replay.server.process_group import MARKER_ENV, exited_soon, new_marker, stop_process_group
 from replay.server.profile import LOOPBACK, LaunchProfile, Notify, Rendered, attention_choice, render
+from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, ServerError
 from replay.utils.redact import REDACTED, argv_secrets, is_secret_key, redact_text, scrubbed_errors
 
@@ -50,7 +51,7 @@ DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to fin
 TAIL_CHARS = 600
 # The tool's own secrets: never inherited by a launched server (a profile may still pass one on
 # explicitly in its `env` table).
-PRIVATE_ENV = ("GOLDEN_API_KEY", "GOLDEN_ADMIN_API_KEY")
+PRIVATE_ENV = tuple(ClientOptions.SECRET_ENV.values())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ContextManager
+from typing import TYPE_CHECKING, ClassVar, ContextManager
 
 from replay.utils.errors import UsageError
 from replay.utils.redact import redact_text
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from replay.server.profile import LaunchProfile
 
 Notify = Callable[[str], None]
+DEFAULT_LOG_DIR = Path("golden-logs")
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,17 @@ class ServerTarget:
     """A running server (`url`) or a launch profile (`profile`), exactly one; the launch
     fields apply to a profile only."""
 
+    # Each field's command-line flag (cli/options.py TARGET_FLAGS declares each once; `argv`
+    # writes them back; the pytest plugin offers each as --golden-NAME): the parity test
+    # tests/unit/run/test_client_target_parity.py fails on a field without one.
+    FLAGS: ClassVar[dict[str, str]] = {
+        "url": "--server", "profile": "--launch", "model": "--model", "log_dir": "--log-dir",
+        "fault": "--fault", "extra_args": "--server-arg", "attention_backend": "--attention-backend"}
+
     url: str | None = None
     profile: str | None = None  # a built-in profile name or a TOML file
     model: str | None = None  # for profiles that need one
-    log_dir: Path = Path("golden-logs")
+    log_dir: Path = DEFAULT_LOG_DIR
     fault: str | None = None  # embedded-engine profiles only
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
@@ -61,15 +69,19 @@ class ServerTarget:
 
     def argv(self) -> list[str]:
         """The command-line options that name this server to `golden` (`--server URL`, or
-        `--launch PROFILE` with its launch fields): what a rerun command or repro.sh passes.
-        Secrets stay in the words; the shell writer replaces them (replay/jobs/minimize/repro_script.py)."""
+        `--launch PROFILE` with each launch field that is set): what a rerun command or repro.sh
+        passes. Secrets stay in the words; the shell writer replaces them
+        (replay/jobs/minimize/repro_script.py)."""
+        flag = self.FLAGS
         if self.url is not None:
-            return ["--server", self.url]
-        argv = ["--launch", str(self.profile)]
-        argv += ["--model", self.model] if self.model else []
-        argv += ["--fault", self.fault] if self.fault else []
-        argv += ["--attention-backend", self.attention_backend] if self.attention_backend else []
-        return argv + [f"--server-arg={a}" for a in self.extra_args]
+            return [flag["url"], self.url]
+        argv = [flag["profile"], str(self.profile)]
+        for name in ("model", "fault", "attention_backend"):
+            value = getattr(self, name)
+            argv += [flag[name], value] if value else []
+        if Path(self.log_dir) != DEFAULT_LOG_DIR:
+            argv += [flag["log_dir"], str(self.log_dir)]
+        return argv + [f"{flag['extra_args']}={a}" for a in self.extra_args]
 
     def launch_profile(self) -> "LaunchProfile":
         """The profile, loaded and checked against the launch fields (a missing --model, a

@@ -24,7 +24,7 @@ import asyncio
 import math
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -40,6 +40,19 @@ SETTINGS_MAX_BYTES = 16 * 2**20  # /server_info, /model_info, error bodies: far 
 
 @dataclass(frozen=True)
 class ClientOptions:
+    """How the client talks to a server. `FLAGS` are the fields a user sets, one command-line
+    flag each (cli/options.py CLIENT_FLAGS declares each once; the pytest plugin takes each as a
+    keyword named like its flag; `client_argv` writes them back for repro.sh and a matrix's rerun
+    line, the secrets only as their `SECRET_ENV` variables); `FIXED` are tuning with fixed
+    defaults. tests/unit/run/test_client_target_parity.py fails on a field in neither."""
+
+    FLAGS: ClassVar[dict[str, str]] = {
+        "concurrency": "--concurrency", "request_timeout": "--timeout", "api_key": "--api-key",
+        "admin_api_key": "--admin-api-key"}
+    SECRET_ENV: ClassVar[dict[str, str]] = {"api_key": "GOLDEN_API_KEY",
+                                            "admin_api_key": "GOLDEN_ADMIN_API_KEY"}
+    FIXED: ClassVar[tuple[str, ...]] = ("connect_timeout", "retries", "backoff", "flush_wait")
+
     concurrency: int = 16  # requests in flight at once
     connect_timeout: float = 10.0  # seconds to open a connection
     request_timeout: float = 900.0  # seconds for one whole request, body included
@@ -61,6 +74,13 @@ class ClientOptions:
                 raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise UsageError("retries must be >= 0")
+
+
+def client_argv(options: ClientOptions) -> list[str]:
+    """The options as `golden` command-line words, every flag but the secrets (which a rerun
+    reads from their variables, `ClientOptions.SECRET_ENV`)."""
+    return [word for name, flag in ClientOptions.FLAGS.items()
+            if name not in ClientOptions.SECRET_ENV for word in (flag, str(getattr(options, name)))]
 
 
 def url_has_credentials(url: str) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from replay.run.replayer import ReplayOptions, replay_argv
 from replay.server.target import ServerTarget
-from replay.server.transport import ClientOptions
+from replay.server.transport import ClientOptions, client_argv
 from replay.utils.redact import argv_secrets, url_password
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -95,11 +95,8 @@ exec ${{GOLDEN:-golden}} replay "$here/golden.zarr" {sh_words(replay_options, se
 def script_secrets(target: ServerTarget, client: ClientOptions) -> list[Secret]:
     """Every secret the script's words may contain, each with the variable it is read from:
     golden's own keys, a URL's password, the values of secret-named `--server-arg`s."""
-    secrets = [Secret(client.api_key, "GOLDEN_API_KEY", "the --api-key given to golden")] \
-        if client.api_key else []
-    if client.admin_api_key:
-        secrets.append(Secret(client.admin_api_key, "GOLDEN_ADMIN_API_KEY",
-                              "the --admin-api-key given to golden"))
+    secrets = [Secret(getattr(client, name), env, f"the {ClientOptions.FLAGS[name]} given to golden")
+               for name, env in ClientOptions.SECRET_ENV.items() if getattr(client, name)]
     password = url_password(target.url) if target.url else None
     if password:
         secrets.append(Secret(password, "GOLDEN_SERVER_PASSWORD", "the password in --server"))
@@ -113,9 +110,9 @@ def script_secrets(target: ServerTarget, client: ClientOptions) -> list[Secret]:
 def rerun_command(golden: str, target: ServerTarget, options: ReplayOptions, client: ClientOptions,
                   *, api: str = "auto", shard: str | None = None) -> str:
     """One shell line that replays `golden` against `target` as this run did (a matrix profile's
-    `rerun`): every replay option, the API, the concurrency and the shard; secrets as references
+    `rerun`): every replay option, the API, the client options and the shard; secrets as references
     to their environment variables (script_secrets), so the line is safe to print and store."""
     argv = ["golden", "replay", golden, *target.argv(), "--api", api, *replay_argv(options),
-            "--concurrency", str(client.concurrency)]
+            *client_argv(client)]
     argv += ["--shard", shard] if shard else []
     return sh_words(argv, script_secrets(target, client))

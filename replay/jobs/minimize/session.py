@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from replay.server.transport import ClientOptions
+from replay.server.transport import ClientOptions, client_argv
 from replay.utils.errors import GoldenError, UsageError
 from replay.golden.model import Golden, subset_golden
 from replay.golden.store import read_golden, write_golden
@@ -254,7 +254,8 @@ def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Resul
     """repro.sh (replay/jobs/minimize/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
     c = result.final
     final = replace(settings.options, schedule=c.schedule, repeat=c.repeat)
-    options = ["--api", settings.api, *replay_argv(final), "--concurrency", str(c.concurrency)]
+    client = replace(settings.client, concurrency=c.concurrency)
+    options = ["--api", settings.api, *replay_argv(final), *client_argv(client)]
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
     return repro_sh(target.argv(), options, secrets=script_secrets(target, settings.client),
