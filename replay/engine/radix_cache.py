@@ -9,14 +9,13 @@ several; a node in no tier is deleted. Invariants, which keep eviction simple:
 
 Hybrid models: a request can only resume where its SSM state is known, so a node at a track
 boundary (`end % mamba_track_interval == 0`) carries the state after its last token, and a hit
-ends at the deepest matched node that has one. A checkpoint travels with its page.
+ends at the deepest matched node that has one. A checkpoint travels with its page. The records
+(nodes, matches, page keys): replay/engine/radix_nodes.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -29,90 +28,11 @@ from replay.engine.host_tier import (
     backup_on_insert,
 )
 from replay.engine.kv_pool import KVPool
+from replay.engine.radix_nodes import (
+    CachedTokens, CacheStats, Match, Node, PendingPage, chain_hash, page_key,
+)
 from replay.engine.model import SSMState
 from replay.engine.storage_tier import FileStorage
-
-
-@dataclass
-class CachedTokens:
-    """Prompt tokens reused from the prefix cache, by the tier their pages came from."""
-
-    device: int = 0
-    host: int = 0
-    storage: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.device + self.host + self.storage
-
-
-@dataclass(eq=False)
-class Node:
-    key: tuple[int, ...]  # this page's token ids
-    parent: Node | None
-    end: int  # tokens from the root through this page
-    hash: str  # chain hash of those tokens: the storage key
-    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
-    page: int | None = None  # device page
-    ssm: list[SSMState] | None = None  # device checkpoint: state after `end` tokens
-    host_slot: int | None = None
-    stored: bool = False
-    lock: int = 0
-    hits: int = 0
-    last_used: int = 0
-
-
-@dataclass
-class Match:
-    """A locked cached prefix, before its pages were brought to the device."""
-
-    nodes: list[Node]
-    page_size: int
-
-    @property
-    def length(self) -> int:
-        return len(self.nodes) * self.page_size
-
-    @property
-    def last(self) -> Node | None:
-        return self.nodes[-1] if self.nodes else None
-
-    @property
-    def pages_to_load(self) -> int:
-        return sum(node.page is None for node in self.nodes)
-
-
-@dataclass
-class CacheStats:
-    device_hits: int = 0  # pages, over all matches
-    host_hits: int = 0
-    storage_hits: int = 0
-    device_evictions: int = 0
-    host_backups: int = 0
-    host_evictions: int = 0
-    storage_writes: int = 0
-
-
-@dataclass(frozen=True)
-class PendingPage:
-    """A host-to-device page copy still in flight: `data` lands in device `page` on `land`."""
-
-    page: int
-    data: torch.Tensor  # [1, layers, 2, page_size, heads, dim]
-
-    def land(self, pool: KVPool) -> None:
-        pool.write_pages([self.page], self.data)
-
-
-def _page_key(tokens: list[int], i: int, page_size: int, namespace: str | None) -> tuple:
-    """Page i's key below its parent; the first page's key carries the namespace, so requests of
-    different extra keys never share a node (nor a storage file: the chain hash includes it)."""
-    key = tuple(tokens[i * page_size:(i + 1) * page_size])
-    return (namespace, *key) if i == 0 and namespace is not None else key
-
-
-def _chain_hash(parent: str, key: tuple[int, ...]) -> str:
-    return hashlib.sha256(f"{parent}:{','.join(map(str, key))}".encode()).hexdigest()[:32]
 
 
 class RadixCache:
@@ -154,7 +74,7 @@ class RadixCache:
         longest = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
         node, path = self.root, []
         for i in range(max(longest, 0) // p):
-            child = node.children.get(_page_key(tokens, i, p, namespace))
+            child = node.children.get(page_key(tokens, i, p, namespace))
             if child is None:
                 break
             path.append(child)
@@ -177,8 +97,8 @@ class RadixCache:
             return []
         p, found = self.page_size, []
         for i in range(start, stop):
-            key = _page_key(tokens, i, p, namespace)
-            digest = _chain_hash(node.hash, key)
+            key = page_key(tokens, i, p, namespace)
+            digest = chain_hash(node.hash, key)
             if not self.storage.has(digest):
                 break
             child = Node(key, node, node.end + p, digest, stored=True)
@@ -241,10 +161,10 @@ class RadixCache:
         p = self.page_size
         node, adopted, fresh = self.root, set(), []
         for i in range(n_pages):
-            key = _page_key(tokens, i, p, namespace)
+            key = page_key(tokens, i, p, namespace)
             child = node.children.get(key)
             if child is None:
-                child = Node(key, node, node.end + p, _chain_hash(node.hash, key))
+                child = Node(key, node, node.end + p, chain_hash(node.hash, key))
                 node.children[key] = child
             if child.page is None:
                 child.page = pages[i]

@@ -16,7 +16,7 @@ from replay.engine.sampling import GREEDY, SamplingParams
 
 if TYPE_CHECKING:
     from replay.engine.model import SSMState
-    from replay.engine.radix_cache import CachedTokens, Node, PendingPage
+    from replay.engine.radix_nodes import CachedTokens, Node, PendingPage
 
 
 class SeqState(enum.Enum):

@@ -19,7 +19,7 @@ from sglang.srt.managers.io_struct import BatchTokenIDOutput
 from sglang.srt.utils.weight_versions import compute_weight_version_spans
 
 from replay.engine.faults import Faults
-from replay.engine.radix_cache import CachedTokens
+from replay.engine.radix_nodes import CachedTokens
 from replay.engine.sequence import Sequence
 
 SURROUNDING_PROMPT_TOKENS = 5  # SGLang's INIT_INCREMENTAL_DETOKENIZATION_OFFSET
