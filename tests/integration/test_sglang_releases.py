@@ -1,6 +1,6 @@
 """`golden record` and `golden replay` talk to the SGLang release the server runs: the top-k form
 follows its reported version, and a refusal of the flat form is answered by asking nested (the
-H200 run against SGLang 0.5.17 stopped with HTTP 400: ../shared/gpu-sglang.md). The bodies are
+H200 run against SGLang 0.5.17 stopped with HTTP 400: docs/apis.md, by release). The bodies are
 checked against the releases' own request classes in tests/e2e/sglang_wire/."""
 
 from __future__ import annotations

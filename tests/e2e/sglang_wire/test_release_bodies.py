@@ -121,7 +121,7 @@ def test_the_flat_top_k_form_is_asked_exactly_where_the_release_has_it(release):
 
 def test_the_body_of_the_form_before_this_fix_is_refused_by_0_5_17():
     """The check has teeth: the body every release got before the wire followed the version is
-    the HTTP 400 the H200 run saw (../shared/gpu-sglang.md)."""
+    the HTTP 400 the H200 run saw (docs/apis.md, "SGLang top-k, flat or nested, by release")."""
     body = generate_body(np.arange(1, 9, dtype=np.int32), 4, 5, NEWEST)
     verdict = judged("0.5.17", [body])["verdicts"][0]
     assert not verdict["accepted"]
