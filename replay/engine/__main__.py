@@ -1,6 +1,6 @@
 """`python -m replay.engine --profile P [--host H] [--port N] [--fault F] [--device D] [--model M]
-[--seed S] [--storage-dir DIR] [--max-total-tokens N] [--retract-interval N] [--jitter-seed S]`:
-serve the embedded engine until SIGINT or SIGTERM."""
+[--seed S] [--storage-dir DIR] [--max-total-tokens N] [--page-size N] [--mamba-track-interval N]
+[--retract-interval N] [--jitter-seed S]`: serve the embedded engine until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import torch
 
 from replay.engine.faults import FAULTS
-from replay.engine.options import PROFILES, profile_options
+from replay.engine.options import PROFILES, add_override_flags, overrides_given, profile_options
 from replay.engine.server import serve
 
 
@@ -27,13 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the storage tier's directory (profiles with one); engines given the "
                              "same directory share it, as workers behind a router do (default: "
                              "a private temp dir)")
-    parser.add_argument("--max-total-tokens", type=int,
-                        help="device KV pool in tokens (default: the profile's)")
-    parser.add_argument("--retract-interval", type=int,
-                        help="retract one decoding request every N steps (SGLang's "
-                             "SGLANG_TEST_RETRACT_INTERVAL; default 0: never)")
-    parser.add_argument("--jitter-seed", type=int,
-                        help="seeded jitter of admission timing and step order (default: none)")
+    add_override_flags(parser)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: the model's many small ops run "
                              "fastest on one thread; the bits never depend on it)")
@@ -45,9 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
                                   device=args.device, model=args.model, seed=args.seed,
                                   hicache_storage_dir=args.storage_dir,
-                                  max_total_tokens=args.max_total_tokens,
-                                  test_retract_interval=args.retract_interval,
-                                  schedule_jitter_seed=args.jitter_seed)
+                                  **overrides_given(args))
         serve(options, launch_command=" ".join(["python -m replay.engine", *sys.argv[1:]]))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

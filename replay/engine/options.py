@@ -6,6 +6,7 @@ tool's cache expectations (page size, track interval, write policy) come from th
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -135,3 +136,35 @@ def profile_options(name: str, **overrides: Any) -> EngineOptions:
         raise ValueError(f"unknown engine option(s): {', '.join(unknown)}")
     given = {k: v for k, v in overrides.items() if v is not None}
     return replace(PROFILES[name], **given)
+
+
+# Settings a command line may set on top of a profile, as `python -m replay.engine` and the SGLang
+# front end (`python -m replay.sglang_frontend`) spell them: field -> (flag, help). `golden demo`
+# and the detection matrix pass the same flags to the engines they launch.
+OVERRIDE_FLAGS: dict[str, tuple[str, str]] = {
+    "max_total_tokens": ("--max-total-tokens", "device KV pool in tokens (default: the profile's)"),
+    "page_size": ("--page-size", "tokens per KV page (default: the profile's)"),
+    "mamba_track_interval": ("--mamba-track-interval", "SSM checkpoints every this many tokens, "
+                             "a multiple of the page size (default: the profile's)"),
+    "test_retract_interval": ("--retract-interval", "retract one decoding request every N steps "
+                              "(SGLang's SGLANG_TEST_RETRACT_INTERVAL; default 0: never)"),
+    "schedule_jitter_seed": ("--jitter-seed", "seeded jitter of admission timing and step order "
+                             "(default: none)"),
+}
+
+
+# What SGLang's ServerArgs carry to the front end's engine (replay/sglang_frontend/args.py):
+# the front end takes these overrides only, so none is silently dropped.
+SERVER_ARG_OVERRIDES = ("max_total_tokens", "page_size", "mamba_track_interval")
+
+
+def add_override_flags(parser: argparse.ArgumentParser,
+                       names: tuple[str, ...] = tuple(OVERRIDE_FLAGS)) -> None:
+    for name in names:
+        flag, help_text = OVERRIDE_FLAGS[name]
+        parser.add_argument(flag, dest=name, type=int, metavar="N", help=help_text)
+
+
+def overrides_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The OVERRIDE_FLAGS values of parsed arguments (None where not given: the profile's)."""
+    return {name: getattr(args, name) for name in OVERRIDE_FLAGS if hasattr(args, name)}

@@ -135,17 +135,18 @@ PRESETS: dict[str, ScenarioSpec] = {
         name="hicache-branching", groups=3, branches=3, prefix_len=512, suffix_len=64,
         turns=2, turn_suffix_len=32, max_new_tokens=160,
     ),
-    # Detection per server token (docs/faults.md): every injected fault class at 18% of the
-    # server tokens hicache-branching sends (39% of those it computes; docs/benchmarks.md).
-    # 3 groups x 2 branches x 2 turns; turn 0's 100 new tokens cross the 256 track boundary
-    # during decode and end its pages at 320, off a boundary (largest-group-hit and
-    # checkpoint-on-shorter-key need that); group 0's requests carry cache keys of their own
-    # (salted), group 2's ask for prompt logprobs, group 1 is plain. Replayed on a `hicache`
-    # engine with a 1024-token device pool (detection.CI_QUICK_ENGINE) so pages travel to host
-    # and back.
+    # Detection per server token (docs/faults.md): every injected fault class at a quarter of
+    # the tokens hicache-branching makes its server compute (23.9%; docs/benchmarks.md).
+    # 3 groups x 2 branches x 2 turns, replayed on pages of 16 with a 32-token track interval and
+    # a 1024-token device pool (detection.CI_QUICK_ENGINE), so pages travel to host and back:
+    # turn 0's 160-token prompts (cold ones at least SPLIT_K_BELOW long) decode 56 tokens across
+    # the 192 boundary and end their cached pages at 208, off a boundary, with 7 computed
+    # positions past it (largest-group-hit and checkpoint-on-shorter-key need that); group 0's
+    # requests carry cache keys of their own (salted), group 2's ask for prompt logprobs, group 1
+    # is plain.
     "ci-quick": ScenarioSpec(
-        name="ci-quick", groups=3, branches=2, prefix_len=128, suffix_len=96,
-        turns=1, turn_suffix_len=16, max_new_tokens=100, salted=1, prompt_logprobs=1,
+        name="ci-quick", groups=3, branches=2, prefix_len=96, suffix_len=64,
+        turns=1, turn_suffix_len=16, max_new_tokens=56, salted=1, prompt_logprobs=1,
     ),
     # SGLang's real HiCache on a CPU (docs/sglang-cpu.md), prompt-only reuse: 8 groups x 4
     # branches share a 576-token prefix (4.5 pages of 128); 8 prefixes (4,608 tokens) outgrow the

@@ -5,7 +5,7 @@ on a profile (optionally with a fault) and returns the JSON report. `detection_m
 for every fault and judges the outcome: a fault is *caught* when the replay fails, and *placed*
 when every failing request was really served from a cache path (cached_tokens > 0): a fault breaks
 only cache paths, so a cold request that fails would be a wrong verdict.
-Used by scripts/detection_matrix.py (full size) and tests/unit/jobs/test_detection.py (CI size).
+Used by scripts/detection_matrix.py (full size) and tests/integration/test_detection.py (CI size).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from replay.server.transport import ClientOptions
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
-from replay.engine.options import profile_options
+from replay.engine.options import OVERRIDE_FLAGS, profile_options
 from replay.engine.server import start_server
 from replay.golden.model import Golden
 from replay.run.replayer import ReplayOptions
@@ -57,22 +57,22 @@ FAULT_PROFILES = MappingProxyType({f: s.profile for f, s in FAULT_SETUPS.items()
 BEYOND_REPLAY = frozenset(f for f, s in FAULT_SETUPS.items() if s.scenario)
 
 
-# ci-quick (replay/golden/scenario.py) is replayed on its fault's profile with this device pool,
-# small enough that its pages travel to host and back (`python -m replay.engine
-# --max-total-tokens`); docs/faults.md, "Detection per server token".
+# ci-quick (replay/golden/scenario.py) is replayed on its fault's profile with small pages, a
+# short track interval and a device pool small enough that its pages travel to host and back
+# (`python -m replay.engine --page-size --mamba-track-interval --max-total-tokens`): the fault
+# paths at a quarter of hicache-branching's computed tokens (docs/faults.md, "Detection per
+# server token").
 CI_QUICK = "ci-quick"
-CI_QUICK_ENGINE: Mapping[str, Any] = MappingProxyType({"max_total_tokens": 1024})
-_ENGINE_FLAGS = {"max_total_tokens": "--max-total-tokens",
-                 "test_retract_interval": "--retract-interval",
-                 "schedule_jitter_seed": "--jitter-seed"}
+CI_QUICK_ENGINE: Mapping[str, Any] = MappingProxyType({
+    "max_total_tokens": 1024, "page_size": 16, "mamba_track_interval": 32})
 
 
 def engine_flags(overrides: Mapping[str, Any]) -> tuple[str, ...]:
     """Engine settings as `python -m replay.engine` flags (for a launched server)."""
-    unknown = sorted(set(overrides) - set(_ENGINE_FLAGS))
+    unknown = sorted(set(overrides) - set(OVERRIDE_FLAGS))
     if unknown:
         raise ValueError(f"no engine flag for {', '.join(unknown)}")
-    return tuple(x for k, v in overrides.items() for x in (_ENGINE_FLAGS[k], str(v)))
+    return tuple(x for k, v in overrides.items() for x in (OVERRIDE_FLAGS[k][0], str(v)))
 
 
 def setup_for(fault: str | None) -> FaultSetup:

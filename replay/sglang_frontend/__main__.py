@@ -20,7 +20,9 @@ from typing import Any
 
 from replay.engine.config import get_config
 from replay.engine.faults import FAULTS
-from replay.engine.options import PROFILES, profile_options
+from replay.engine.options import (
+    PROFILES, SERVER_ARG_OVERRIDES, add_override_flags, overrides_given, profile_options,
+)
 from replay.sglang_frontend.args import server_argv, server_env
 from replay.sglang_frontend.locate import (
     install_hint, named_venv_elsewhere, rebuild_hint, sglang_python,
@@ -42,6 +44,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fault", choices=sorted(FAULTS), help="inject one cache bug")
     parser.add_argument("--model", help="engine model config name (default tiny)")
     parser.add_argument("--seed", type=int, help="weight seed (default 0)")
+    add_override_flags(parser, SERVER_ARG_OVERRIDES)  # carried as SGLang's own flags
     parser.add_argument("--api-key", help="SGLang's --api-key: every request must carry it")
     parser.add_argument("--model-root", type=Path, default=DEFAULT_MODEL_ROOT,
                         help="where the weightless model directory is written")
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         options = profile_options(args.profile, host=args.host, port=args.port, fault=args.fault,
-                                  model=args.model, seed=args.seed)
+                                  model=args.model, seed=args.seed, **overrides_given(args))
         config = get_config(options.model)
         if options.port == 0:
             raise ValueError("SGLang's server needs a port number (0 is not supported)")

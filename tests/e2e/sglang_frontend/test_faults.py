@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from replay.engine.config import get_config
 from replay.golden.scenario import PRESETS
-from replay.jobs.detection import (BEYOND_REPLAY, judge_fault, profile_for, record_reference,
-                                   replay_report, scenario_for)
+from replay.jobs.detection import (BEYOND_REPLAY, CI_QUICK_ENGINE, engine_flags, judge_fault,
+                                   profile_for, record_reference, replay_report, scenario_for)
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
 from replay.golden.store import read_golden, write_golden
@@ -86,9 +86,11 @@ def ci_quick(model, tmp_path_factory):
 
 
 def replay_through_sglang(golden_path, tmp_path, fault: str | None):
+    """ci-quick replayed as the detection matrix replays it: its small pages, short track
+    interval and small pool given to the front end's engine as SGLang's own flags."""
     report_path = tmp_path / "report.json"
     with launched(load_profile(f"embedded-sglang-{profile_for(fault)}"), model=None, fault=fault,
-                  log_path=tmp_path / "server.log") as url:
+                  log_path=tmp_path / "server.log", extra_args=engine_flags(CI_QUICK_ENGINE)) as url:
         result = runner.invoke(app, ["replay", str(golden_path), "--server", url,
                                      "--report", str(report_path), "-q"])
     return result, json.loads(report_path.read_text())

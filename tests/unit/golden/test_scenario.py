@@ -137,8 +137,8 @@ def test_switches_that_are_off_are_not_stored_so_older_goldens_read_the_same():
 def test_prompt_logprobs_start_at_the_parents_input_end_and_cache_keys_are_per_request():
     from replay.golden.tree import cache_key, prompt_logprob_start
     plan = build_plan(PRESETS["ci-quick"])
-    lengths = {0: 224, 6: 340}  # g0/b0/t0 and its child g0/b0/t1
-    assert prompt_logprob_start(plan.requests, plan.prefixes, lengths.__getitem__, 0) == 128
-    assert prompt_logprob_start(plan.requests, plan.prefixes, lengths.__getitem__, 6) == 224
+    lengths = {0: 160, 6: 232}  # g0/b0/t0 and its child g0/b0/t1
+    assert prompt_logprob_start(plan.requests, plan.prefixes, lengths.__getitem__, 0) == 96
+    assert prompt_logprob_start(plan.requests, plan.prefixes, lengths.__getitem__, 6) == 160
     assert cache_key(plan.requests[6], 1) == "salt-g0/b0/t1"
     assert cache_key(plan.requests[2], 1) is None  # group 1 is not salted
