@@ -1,8 +1,8 @@
 """What every command shares: option declarations (declared once, reused), the error wrapper
 (one line and exit 2, never a traceback) and the progress/notify callbacks handed to the library.
 
-Kept free of heavy imports: `golden --help` imports only this, typer and the command modules,
-whose bodies import the library when they run.
+Kept free of heavy imports: `golden --help` imports only this, typer, the command modules (whose
+bodies import the library when they run) and the adapter table (replay.server.apis: names only).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+
+from replay.server.apis import api_help  # the adapter table: names only, no adapter imported
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
@@ -120,7 +122,7 @@ ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
 AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
-ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp | vllm (auto: ask the server).")
+ApiOpt = typer.Option("auto", "--api", help=api_help())
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
 ReferenceOpt = typer.Option("cache-off", "--reference", help="Which reference to record: cache-off (every request from scratch), or cached (the server's cache on and a pool nothing is evicted from, e.g. --launch sglang-cached-reference: follow-up turns reuse decode-written KV as a cached replay does, for kernels whose decode and prefill differ; docs/control.md).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")

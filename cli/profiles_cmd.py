@@ -24,7 +24,7 @@ def profiles(ctx: typer.Context) -> None:
     from rich.table import Table
 
     from cli import render
-    from replay.server.launch import builtin_profiles
+    from replay.server.profile import builtin_profiles
 
     table = Table(title="built-in launch profiles")
     for column in ("name", "needs", "control", "description"):
@@ -58,8 +58,8 @@ def show(
     """Print the exact command (shell-quoted) and environment a profile launches."""
     from cli import render
     from replay.utils.errors import GoldenError
-    from replay.server.launch import attention_choice, load_profile
-    from replay.server.launch import render as render_profile
+    from replay.server.profile import attention_choice, load_profile
+    from replay.server.profile import render as render_profile
 
     notes: list[str] = []
     try:

@@ -16,7 +16,7 @@ from replay.utils.errors import UsageError
 from replay.utils.redact import redact_text
 
 if TYPE_CHECKING:
-    from replay.server.launch import LaunchProfile
+    from replay.server.profile import LaunchProfile
 
 Notify = Callable[[str], None]
 
@@ -62,7 +62,7 @@ class ServerTarget:
     def argv(self) -> list[str]:
         """The command-line options that name this server to `golden` (`--server URL`, or
         `--launch PROFILE` with its launch fields): what a rerun command or repro.sh passes.
-        Secrets stay in the words; the shell writer replaces them (replay/jobs/repro_script.py)."""
+        Secrets stay in the words; the shell writer replaces them (replay/jobs/minimize/repro_script.py)."""
         if self.url is not None:
             return ["--server", self.url]
         argv = ["--launch", str(self.profile)]
@@ -74,7 +74,7 @@ class ServerTarget:
     def launch_profile(self) -> "LaunchProfile":
         """The profile, loaded and checked against the launch fields (a missing --model, a
         fault it cannot take): a UsageError before anything starts."""
-        from replay.server.launch import check_values, load_profile
+        from replay.server.profile import check_values, load_profile
 
         if self.profile is None:
             raise UsageError(f"{self.label} is a running server, not a launch profile")

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 
 runner = CliRunner()
 # 2 groups x 2 branches, one follow-up turn: turn 0's 120 new tokens cross the engine's 256 track

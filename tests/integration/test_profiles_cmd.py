@@ -8,7 +8,7 @@ import sys
 from typer.testing import CliRunner
 
 from cli.profiles_cmd import app
-from replay.server.launch import builtin_profile_names
+from replay.server.profile import builtin_profile_names
 
 runner = CliRunner()
 

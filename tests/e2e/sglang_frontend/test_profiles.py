@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from replay.server.gpu import default_backend
-from replay.server.launch import load_profile, render
+from replay.server.profile import load_profile, render
 from replay.judge.numerics import NUMERICS_FIELDS, compare_numerics
 
 server_args = pytest.importorskip(
