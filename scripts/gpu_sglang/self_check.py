@@ -53,6 +53,10 @@ SERVER_MODULES = (
     "sglang.test.test_deterministic",
 )
 FA3_MODULES = ("sglang.srt.layers.attention.flashattention_backend",)
+# golden-replay itself, as `python3 -m cli record/replay` runs there (zarr, msgspec, pybase64 carried)
+GOLDEN_MODULES = ("cli.main", "cli.record_cmd", "cli.replay_cmd", "replay.golden.store",
+                  "replay.server.launch")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def versions() -> str:
@@ -125,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(not carried; absent ones SGLang's server does not import show no failure below)")
     failures: list[str] = []
     if not args.no_imports:
-        modules = SERVER_MODULES + (FA3_MODULES if has_fa3() else ())
+        modules = SERVER_MODULES + (FA3_MODULES if has_fa3() else ()) + GOLDEN_MODULES
+        sys.path.append(str(REPO))
         print(f"importing {len(modules)} server modules (fa3 {'carried' if has_fa3() else 'not carried'})")
         failures = import_all(modules)
     problems = [f"requirement: {c}" for c in conflicts] + [f"import {f}" for f in failures]
