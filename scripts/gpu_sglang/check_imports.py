@@ -103,6 +103,13 @@ def fake_sgl_kernel_ops(site: Path) -> None:
     sys.modules["sgl_kernel.load_utils"] = load_utils
 
 
+def fake_h200(site: Path) -> None:
+    """Everything faked for importing SGLang here as on the H200 (steps 2 and 3; check_models.py)."""
+    fake_cuda()
+    sys.meta_path.insert(0, FakeNativeFinder())
+    fake_sgl_kernel_ops(site)
+
+
 def step1_real_sgl_kernel(site: Path) -> tuple[bool, str]:
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import check_imports as c; "
             "c.fake_cuda(); import sgl_kernel")
@@ -189,11 +196,9 @@ def main(argv: list[str]) -> int:
 
     import self_check
 
-    fake_cuda()
-    sys.meta_path.insert(0, FakeNativeFinder())
-    fake_sgl_kernel_ops(site)
+    fake_h200(site)
     print("step 2: server modules, CUDA faked")
-    modules = self_check.SERVER_MODULES + (self_check.FA3_MODULES if self_check.has_fa3() else ())
+    modules = self_check.modules_to_import()
     failures = self_check.import_all(modules)
     problems += [f"import {f}" for f in failures]
 

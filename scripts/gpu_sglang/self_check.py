@@ -102,6 +102,13 @@ def has_fa3() -> bool:
     return bool(spec and spec.origin and (Path(spec.origin).parent / "flash_ops.abi3.so").exists())
 
 
+def modules_to_import() -> tuple[str, ...]:
+    """SGLang's server modules (fa3's too when carried) and golden-replay's (its repo on the path)."""
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))
+    return SERVER_MODULES + (FA3_MODULES if has_fa3() else ()) + GOLDEN_MODULES
+
+
 def import_all(modules: tuple[str, ...]) -> list[str]:
     failures = []
     for name in modules:
@@ -129,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(not carried; absent ones SGLang's server does not import show no failure below)")
     failures: list[str] = []
     if not args.no_imports:
-        modules = SERVER_MODULES + (FA3_MODULES if has_fa3() else ()) + GOLDEN_MODULES
-        sys.path.append(str(REPO))
+        modules = modules_to_import()
         print(f"importing {len(modules)} server modules (fa3 {'carried' if has_fa3() else 'not carried'})")
         failures = import_all(modules)
     problems = [f"requirement: {c}" for c in conflicts] + [f"import {f}" for f in failures]
