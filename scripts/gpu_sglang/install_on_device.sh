@@ -65,5 +65,5 @@ checks=("$SITE")
 PYTHONPATH="$SITE" "$PY" "$HERE/self_check.py" "${checks[@]}" > self_check.log 2>&1
 status=$?
 grep -vE '^  import .*: ok' self_check.log | grep -v '^self-check:' | head -40
-[ "$status" -eq 0 ] || fail "$(grep '^self-check:' self_check.log || tail -3 self_check.log) (all of it: $CARRY/self_check.log)"
+[ "$status" -eq 0 ] || fail "$(grep '^self-check:' self_check.log || tail -1 self_check.log) (all of it: $CARRY/self_check.log)"
 echo "carry: ok ($(sed -n 2p files/CARRY); $(grep '^versions:' self_check.log | cut -d' ' -f2-4 | tr -d ,); site $SITE; models:${models:- none})"
