@@ -27,7 +27,7 @@ for c in "${CHUNKS[@]}"; do [ -f "$c" ] || missing+=("$c"); done
 [ "${#missing[@]}" -eq 0 ] || fail "${#missing[@]} of ${#CHUNKS[@]} chunks missing: ${missing[*]} (have: $(ls chunk-* 2>/dev/null | tr '\n' ' '))"
 bad="$(grep -E '  chunk-[0-9]+$' MANIFEST.sha256 | sha256sum -c 2>/dev/null | grep -v ': OK$')"
 [ -z "$bad" ] || fail "chunk checksum: $(echo "$bad" | tr '\n' ' ')(copy those again)"
-echo "carry: ${#CHUNKS[@]} chunks verified" >&2
+echo "carry: ${#CHUNKS[@]} chunks verified"
 
 cat "${CHUNKS[@]}" > carry.tar || fail "cannot write $CARRY/carry.tar (disk full?)"
 grep -E '  carry\.tar$' MANIFEST.sha256 | sha256sum -c --status || fail "carry.tar checksum after joining the chunks"
@@ -35,7 +35,7 @@ rm -rf files && mkdir files && tar -xf carry.tar -C files || fail "tar -xf carry
 rm -f carry.tar
 bad="$(grep -E '  files/' MANIFEST.sha256 | sha256sum -c 2>/dev/null | grep -v ': OK$')"
 [ -z "$bad" ] || fail "file checksum: $(echo "$bad" | head -3 | tr '\n' ' ')"
-echo "carry: $(grep -c '  files/' MANIFEST.sha256) files verified ($(sed -n 2p files/CARRY))" >&2
+echo "carry: $(grep -c '  files/' MANIFEST.sha256) files verified ($(sed -n 2p files/CARRY))"
 
 # The wheels want CPython 3.12 and glibc >= 2.34 (sglang 0.5.17's own wheel is manylinux_2_34).
 "$PY" - <<'EOF' || fail "this Python/glibc cannot take the wheels (need CPython 3.12, glibc >= 2.34)"
@@ -58,7 +58,7 @@ if [ -n "$(ls files/models 2>/dev/null)" ]; then
         models+=" $MODELS/$(basename "$m")"
     done
 fi
-echo "carry: $(ls files/wheels | wc -l) wheels installed in $SITE; models:${models:- none}" >&2
+echo "carry: $(ls files/wheels | wc -l) wheels installed in $SITE; models:${models:- none}"
 
 checks=("$SITE")
 [ "${CARRY_SKIP_IMPORTS:-0}" = 1 ] && checks+=(--no-imports)
@@ -66,4 +66,4 @@ PYTHONPATH="$SITE" "$PY" "$HERE/self_check.py" "${checks[@]}" > self_check.log 2
 status=$?
 grep -vE '^  import .*: ok' self_check.log | grep -v '^self-check:' | head -40
 [ "$status" -eq 0 ] || fail "$(grep '^self-check:' self_check.log || tail -1 self_check.log) (all of it: $CARRY/self_check.log)"
-echo "carry: ok ($(sed -n 2p files/CARRY); $(grep '^versions:' self_check.log | cut -d' ' -f2-4 | tr -d ,); site $SITE; models:${models:- none})"
+echo "carry: ok ($(sed -n 2p files/CARRY); $(grep '^versions:' self_check.log | cut -d, -f1-3 | cut -d' ' -f2-); site $SITE; models:${models:- none})"

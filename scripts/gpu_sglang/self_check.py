@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  requirement conflict:", line)
     print(f"requirements: {len(conflicts)} conflicts, {len(absent)} absent "
           f"(not carried; absent ones SGLang's server does not import show no failure below)")
+    print("  absent:", "; ".join(absent) or "none")
     failures: list[str] = []
     if not args.no_imports:
         modules = modules_to_import()
