@@ -21,7 +21,7 @@ show. With std 0.15 the logits spread over several nats, so one ULP of drift is 
 * ``tiny-llama-sglang`` and ``tiny-qwen3-next-sglang``: the same shapes with a vocabulary of 4096,
                       bfloat16 weights from N(0, 0.2^2), for real SGLang on the H200 (the shape
                       of the GPU feasibility run; carried by scripts/gpu_sglang/build_carry.sh:
-                      6.6 and 6.3 MB). bf16 on disk, so SGLang serves exactly these numbers.
+                      6.4 and 7.0 MB). bf16 on disk, so SGLang serves exactly these numbers.
 
 The weights are written by name from the config (numpy + safetensors only: no transformers model
 class, so the result does not depend on which transformers version runs this). The tensor names

@@ -20,9 +20,12 @@
 #   registers again: ValueError at import) with tokenizers 0.22.2 (5.12.1 wants <=0.23.0);
 # - fastapi 0.135.0 (0.150+ imports opentelemetry), xgrammar 0.2.1 and openai 2.6.1 (0.5.17's
 #   pins), soundfile 0.13.1 (its pin), apache-tvm-ffi 0.1.11 (its pin);
+# - starlette 0.52.1, compressed-tensors 0.20.1: what the feasibility run carried;
 # - pydantic and the rest: not in the image at all; versions are the newest released before the
 #   image's newest known package (huggingface-hub 1.33.0, 2026-09-24), so what they need of the
-#   image's own packages (typing-extensions, anyio, attrs ...) an image of that time has;
+#   image's own packages (typing-extensions, anyio, attrs ...) an image of that time has
+#   (self_check.py checks that on the device); numcodecs 0.16.5 since zarr refuses 0.17.0;
+# - pycparser: cffi's need, not in the image.
 # - zarr, numcodecs, donfig, google-crc32c, msgspec, pybase64: golden-replay's own needs beyond the
 #   image (pyproject.toml: aiohttp, numpy, typer, rich are there).
 # Downloads are cached in ${GOLDEN_GPU_CARRY_CACHE:-~/.cache/golden-replay/gpu-carry}.
