@@ -143,6 +143,22 @@ PLANS = {
 }
 
 
+class Rows(list):
+    """The results, written to OUT/summary.json after every job and printed as one line each,
+    so a run stopped at its time limit still leaves what it did."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def append(self, row: dict[str, Any]) -> None:  # type: ignore[override]
+        super().append(row)
+        self.path.write_text(json.dumps(list(self), indent=1))
+        short = {k: row[k] for k in ("job", "verdict", "failed", "tier_only", "also_on_control",
+                                     "max_ulp", "error", "seconds", "exit") if k in row}
+        print(json.dumps(short)[:400], flush=True)
+
+
 @dataclass
 class Fleet:
     """Servers started at once (each in a thread: a start waits for health and warm-up), all
@@ -325,7 +341,7 @@ def main() -> int:
         servers = tuple(s for s in servers if s.role in keep)
     for sub in ("reports", "goldens", "logs"):
         (args.out / sub).mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
+    rows = Rows(args.out / "summary.json")
     started = time.monotonic()
     with Fleet() as fleet:
         fleet.start(servers, args.model, args.backend, args.out / "logs")
@@ -339,7 +355,6 @@ def main() -> int:
         if args.sglang_determinism:
             sglang_determinism(fleet, args.sglang_determinism, rows)
     rows.append({"job": "total", "seconds": round(time.monotonic() - started, 1)})
-    (args.out / "summary.json").write_text(json.dumps(rows, indent=1))
     text = table(rows)
     (args.out / "table.md").write_text(text + "\n")
     print(text)
