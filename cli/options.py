@@ -124,7 +124,7 @@ ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Beare
 AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
 ApiOpt = typer.Option("auto", "--api", help=api_help())
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
-ReferenceOpt = typer.Option("cache-off", "--reference", help="Which reference to record: cache-off (every request from scratch), or cached (the server's cache on and a pool nothing is evicted from, e.g. --launch sglang-cached-reference: follow-up turns reuse decode-written KV as a cached replay does, for kernels whose decode and prefill differ; docs/control.md).")
+ReferenceOpt = typer.Option("cache-off", "--reference", help="Which reference to record: cache-off (every request from scratch), or cached (the server's cache on and a pool nothing is evicted from, e.g. --launch sglang-radix: follow-up turns reuse decode-written KV as a cached replay does, for kernels whose decode and prefill differ; docs/control.md).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
 PolicyOpt = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N.")
 RepeatOpt = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache).")

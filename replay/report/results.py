@@ -41,6 +41,7 @@ class RequestOutcome:
     control_status: str | None = None
     control_passed: bool | None = None
     control_same_bits: bool | None = None
+    control_cached_tokens: int | None = None  # what the control reused for this request
 
     @property
     def status(self) -> str:

@@ -149,7 +149,9 @@ def control_text(control: dict[str, Any]) -> str:
     """What the control replay said of the failures (docs/control.md)."""
     return (f"control {control['target']}: {control['failed_on_tier_only']} failure(s) the "
             f"tier's alone, {control['failed_on_control_too']} also on the control "
-            f"({control['same_bits_on_control']} with the same bits); the control itself "
+            f"({control['same_bits_on_control']} with the same bits), "
+            f"{control.get('not_comparable', 0)} not comparable (the control reused other "
+            f"KV); the control itself "
             f"{control['verdict']}ed with {control['requests_failed']} failure(s)")
 
 

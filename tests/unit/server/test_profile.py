@@ -49,10 +49,6 @@ EXPECTED_SGLANG_ARGV = {
         "--hicache-mem-layout", "page_first_direct", "--hicache-storage-backend", "file",
         "--hicache-storage-prefetch-policy", "wait_complete", "--enable-deterministic-inference"],
     "sglang-radix": SG + PINNED + [
-        "--mamba-track-interval", "128", "--max-total-tokens", "4096", "--mem-fraction-static",
-        "0.85", "--max-running-requests", "4", "--max-mamba-cache-size", "500",
-        "--enable-deterministic-inference"],
-    "sglang-cached-reference": SG + PINNED + [
         "--mamba-track-interval", "128", "--mem-fraction-static", "0.85",
         "--max-running-requests", "4", "--max-mamba-cache-size", "500",
         "--enable-deterministic-inference"],
