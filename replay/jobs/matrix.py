@@ -20,9 +20,8 @@ from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, UsageError
 from replay.server.launch import LaunchProfile
 from replay.server.target import ServerTarget
-from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
-from replay.report.document import SCHEMA, report_dict
+from replay.report.document import matrix_report, report_dict
 from replay.report.views import junit_xml
 from replay.jobs.repro_script import rerun_command
 from replay.jobs.session import ProgressBar, load_golden, replay_golden, run_setup
@@ -84,17 +83,8 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
 
 def matrix_document(golden_name: str, options: ReplayOptions, profiles: Sequence[LaunchProfile],
                     reports: dict[str, dict[str, Any]], shard: str | None) -> dict[str, Any]:
-    names = [p.name for p in profiles]
-    verdicts = {n: reports[n]["verdict"] for n in names}
-    return {
-        "schema": SCHEMA,
-        "verdict": worst_verdict(list(verdicts.values())),
-        "error": None,
-        "golden": golden_name,
-        "policy": str(options.policy),
-        "shard": shard,
-        "matrix": {"profiles": names, "verdicts": verdicts, "reports": reports},
-    }
+    return matrix_report({p.name: reports[p.name] for p in profiles}, golden=golden_name,
+                         policy=str(options.policy), shard=shard)
 
 
 def matrix_junit(doc: dict[str, Any]) -> str:
