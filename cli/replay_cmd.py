@@ -76,10 +76,12 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
     from cli import render
     from cli.options import interruption
     from replay.report.document import report_dict
-    from replay.report.files import remove_stale, write_reports
+    from replay.jobs.publish import ReportFiles, publish
+    from replay.report.files import remove_stale
     from replay.jobs.session import replay_golden, run_setup
 
     remove_stale(report, junit, html)
+    files = ReportFiles(report=report, junit=junit, html=html)
     try:
         doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
                             progress=progress_bars(quiet))
@@ -87,8 +89,8 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
         doc = report_dict(None, golden=str(golden_path), server=target.label,
                           policy=str(options.policy), error=interruption(exc),
                           setup=run_setup(target, options, shard))
-        write_reports(doc, report=report, junit=junit, html=html)
+        publish(doc, files)
         raise
-    write_reports(doc, report=report, junit=junit, html=html)
+    publish(doc, files)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

@@ -54,7 +54,7 @@ def report(
     or with --merge turn shard reports into one report, JUnit file and page."""
     from cli import render
     from replay.utils.errors import UsageError
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
 
     if len(reports) > 1 and not merge:
         raise UsageError("several reports given: add --merge to merge shard reports")
@@ -65,7 +65,7 @@ def report(
     docs = [load_report(p) for p in reports]
     if not merge:
         try:
-            write_reports(docs[0], html=out)
+            publish(docs[0], ReportFiles(html=out))
         except OSError as exc:
             raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
         render.out.print(f"wrote {out}", markup=False)
@@ -78,11 +78,11 @@ def report(
             from cli.matrix_cmd import print_matrix
             from replay.jobs.matrix import matrix_junit
 
-            write_reports(doc, report=json_out, junit=junit, html=out,
-                          junit_text=matrix_junit(doc) if junit else None)
+            publish(doc, ReportFiles(report=json_out, junit=junit, html=out,
+                                     junit_text=matrix_junit(doc) if junit else None))
             print_matrix(doc)
         else:
-            write_reports(doc, report=json_out, junit=junit, html=out)
+            publish(doc, ReportFiles(report=json_out, junit=junit, html=out))
             render.print_outcome(doc)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or 'the merged report'}: "

@@ -40,7 +40,7 @@ def update(
     from replay.judge.diff import Policy
     from replay.utils.errors import UsageError
     from replay.run.recorder import RecordOptions
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
     from replay.jobs.update import (UpdateOptions, UpdateResult, find_goldens, report_path,
                                     update_goldens)
 
@@ -60,7 +60,7 @@ def update(
         if report_dir and result.report is not None:
             path = report_path(report_dir, directory, result.path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_reports(result.report, report=path)
+            publish(result.report, ReportFiles(report=path))
 
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)

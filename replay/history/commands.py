@@ -1,7 +1,7 @@
 """What `golden history` does, one function per subcommand, each over a history location (a
 file path or a database URL): add reports, list runs, show one golden, write the page. The
-report writer feeds every report the tool writes through `add_documents`
-(replay/report/files.py, when GOLDEN_HISTORY is set).
+publishing step feeds the reports the tool writes through `add_documents`
+(replay/jobs/publish.py).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     field of ReplayOptions (policy, schedule, repeat, expect_cache, require_tier,
     allow_model_mismatch, allow_numerics_mismatch, ...), shard, concurrency, timeout, api."""
     from replay.report.views import first_failure_lines, verdict_line
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
 
     report_dir = request.config.getoption("golden_report_dir")
     api = request.config.getoption("golden_api")
@@ -132,7 +132,7 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
         doc = replay_golden(golden_server, golden_path, **{"api": api, "api_key": key, **options})
         if report_dir:
             Path(report_dir).mkdir(parents=True, exist_ok=True)
-            write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
+            publish(doc, ReportFiles(report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json"))
         if doc["verdict"] == "fail":
             pytest.fail("\n".join([verdict_line(doc), *first_failure_lines(doc)]), pytrace=False)
         if doc["verdict"] == "error":
