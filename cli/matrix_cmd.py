@@ -52,10 +52,12 @@ def matrix(
                                attention_backend=attention_backend, notify=notify)
                for name in launch]
     remove_stale(report, junit, html)
+    settings = o.global_settings()
     doc = run_matrix(golden_path, targets, options, copts, shard=shard, api=api,
-                     progress=o.progress_bars(quiet), notify=notify)
+                     progress=o.progress_bars(quiet), notify=notify, debug=settings.debug)
     publish(doc, ReportFiles(report=report, junit=junit, html=html,
-                             junit_text=matrix_junit(doc) if junit else None))
+                             junit_text=matrix_junit(doc) if junit else None),
+            history=settings.history)
     print_matrix(doc)
     raise typer.Exit(EXIT_CODES.get(doc["verdict"], 2))
 

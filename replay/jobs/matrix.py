@@ -45,8 +45,8 @@ def resolve_profiles(targets: Sequence[ServerTarget]) -> list[LaunchProfile]:
 
 def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: ReplayOptions,
                copts: ClientOptions, *, shard: str | None = None, api: str = "auto",
-               progress: ProgressBar | None = None, notify: Notify | None = None
-               ) -> dict[str, Any]:
+               progress: ProgressBar | None = None, notify: Notify | None = None,
+               debug: bool = False) -> dict[str, Any]:
     """The matrix report document (schema: docs/ci.md): one launch target per profile. Raises
     only UsageError (bad profiles or arguments); an unreadable golden or a server failure is an
     `error` inside the document."""
@@ -61,7 +61,8 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
         for target, p in zip(targets, profiles):
             reports[p.name] = report_dict(None, golden=golden_name, server=f"launch:{p.name}",
                                           policy=str(options.policy), error=str(exc),
-                                          setup=run_setup(target, options, shard))
+                                          setup=run_setup(target, options, shard,
+                                                          client=copts))
             reports[p.name]["profile"] = p.name
             reports[p.name]["rerun"] = rerun_command(golden_name, target, options, copts,
                                                      api=api, shard=shard)
@@ -71,7 +72,7 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
         if notify:
             notify(f"{p.name}: launching (log: {log_path})")
         doc = replay_golden(golden, target, options, copts, api=api, progress=progress,
-                            name=golden_name)
+                            name=golden_name, debug=debug)
         doc["profile"] = p.name
         doc["server_log"] = str(log_path)
         doc["rerun"] = rerun_command(golden_name, target, options, copts, api=api, shard=shard)

@@ -8,15 +8,11 @@ verdict is never lost), and the command then fails with the history's one-line e
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from replay.report.files import write_reports
-
-HISTORY_ENV = "GOLDEN_HISTORY"
-
 
 @dataclass(frozen=True)
 class ReportFiles:
@@ -28,12 +24,13 @@ class ReportFiles:
     junit_text: str | None = None  # overrides the replay JUnit view (the matrix's)
 
 
-def publish(doc: dict[str, Any], files: ReportFiles = ReportFiles()) -> None:
-    """Write the report's files, then add the document to the history, if one is named."""
+def publish(doc: dict[str, Any], files: ReportFiles = ReportFiles(), *,
+            history: str | None = None) -> None:
+    """Write the report's files, then add the document to the `history` location, if given
+    (a value, never read from the environment)."""
     write_reports(doc, report=files.report, junit=files.junit, html=files.html,
                   junit_text=files.junit_text)
-    history = os.environ.get(HISTORY_ENV)
-    if history:
+    if history is not None:
         from replay.history.commands import add_documents
 
         add_documents(history, [doc])

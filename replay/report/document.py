@@ -13,6 +13,7 @@ field of `RunFacts` (or of `RunSetup`, for what was asked).
 from __future__ import annotations
 
 import math
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -102,11 +103,17 @@ def _clean_top(top: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def new_run_id() -> str:
+    """A run's identity, made when the run is made: two runs are never one, however alike."""
+    return uuid.uuid4().hex
+
+
 @dataclass(frozen=True)
 class RunSetup:
     """What a replay was asked to do, known before it starts: written into every report, an
     error report too, so `golden report --merge` can tell whether shard reports belong together
-    (the same golden by content, the same shard count, options and server)."""
+    (the same golden by content, the same shard count, options and server), and the results
+    history can tell runs apart (`run_id`) and say how the client drove the server."""
 
     golden_sha256: str | None = None  # the golden's content checksum (Golden.checksum)
     shard: str | None = None  # "i/n", None for the whole golden
@@ -114,11 +121,16 @@ class RunSetup:
     expect_cache: str = "auto"  # as asked (the report's `expect_cache` is what it resolved to)
     require_tier: str | None = None
     target: str | None = None  # "launch:PROFILE" or the redacted URL, as given
+    concurrency: int | None = None  # requests in flight at once (the client's setting)
+    schedule: str | None = None  # the request order (lockstep | interleave | dag)
+    run_id: str = field(default_factory=new_run_id)  # one per RunSetup made: one per run
 
     def as_dict(self) -> dict[str, Any]:
-        return {"golden_sha256": self.golden_sha256, "shard": self.shard, "repeat": self.repeat,
-                "expect_cache_asked": self.expect_cache, "require_tier": self.require_tier,
-                "server_target": self.target}
+        client = {"concurrency": self.concurrency, "schedule": self.schedule}
+        return {"run_id": self.run_id, "golden_sha256": self.golden_sha256, "shard": self.shard,
+                "repeat": self.repeat, "expect_cache_asked": self.expect_cache,
+                "require_tier": self.require_tier, "server_target": self.target,
+                "client": client if any(v is not None for v in client.values()) else None}
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
         golden_meta=golden_meta,
         server_meta=first.get("server_meta") or {},
         merged_from=[{"server": d.get("server"), "verdict": d.get("verdict"),
-                      "shard": d.get("shard")} for d in docs],
+                      "shard": d.get("shard"), "run_id": d.get("run_id")} for d in docs],
         repeats=_count(first.get("repeat")) or 1,
         hit_lengths=hit_lengths_of(requests),
         tiers=tiers,
@@ -130,7 +130,8 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
     setup = RunSetup(
         golden_sha256=next((d["golden_sha256"] for d in docs if d.get("golden_sha256")), None),
         shard=None, repeat=first.get("repeat"), expect_cache=first.get("expect_cache_asked"),
-        require_tier=require_tier, target=first.get("server_target"))
+        require_tier=require_tier, target=first.get("server_target"),
+        **_client(first.get("client")))
     return build_report(requests, facts, golden=first.get("golden"),
                         server=", ".join(dict.fromkeys(str(d.get("server")) for d in docs)),
                         policy=first.get("policy"), error="; ".join(errors) if errors else None,
@@ -247,6 +248,13 @@ def _order(request: dict[str, Any]) -> tuple[Any, ...]:
     parsed = parse_request_id(str(request.get("id"))) or (0, 0, 0)
     group, branch, turn = parsed
     return (request.get("repeat", 0), turn, group, branch, str(request.get("id")))
+
+
+def _client(client: Any) -> dict[str, Any]:
+    """The shards' client settings, for the merged document's setup."""
+    if not isinstance(client, dict):
+        return {}
+    return {k: client.get(k) for k in ("concurrency", "schedule")}
 
 
 def _count(value: Any) -> int:

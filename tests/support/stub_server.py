@@ -45,6 +45,7 @@ class StubConfig:
     echo_auth: int | None = None  # every /generate answers this status, echoing Authorization
     # SGLang 0.5.17-0.5.21's refusal: the b64 flag without return_flat_raw_top_logprobs is a 400
     refuse_b64_alone: bool = False
+    port: int = 0  # 0: any free port (a launched stub is given its port)
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -207,7 +208,7 @@ class StubServer:
             app.router.add_route("*", "/flush_cache", self._flush)
             self._runner = web.AppRunner(app)
             loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", self.config.port)
             loop.run_until_complete(site.start())
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             self.url = f"http://127.0.0.1:{port}"
