@@ -23,11 +23,13 @@ import numpy as np
 
 from replay.utils.bits import ULP_INFINITE, hex_bits
 from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT
+from replay.report.control import control_outcome_fields
 from replay.report.results import CACHE_MISS, ReplayResult, RequestOutcome
 
 SCHEMA = "golden-replay/report/1"
 VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
 DETAIL_POSITIONS = 4096  # per-position arrays kept for a non-identical request
+MISREPORTED_SHOWN = 8  # prompt ids reported other than sent, shown per request
 
 
 def _num(x: float) -> float | str | None:
@@ -43,7 +45,7 @@ def _ulp(u: int) -> int | str:
     return "inf" if u >= ULP_INFINITE else int(u)
 
 
-def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
+def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any]:
     d = o.diff
     first = None
     if d.first is not None:
@@ -64,7 +66,15 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "first_divergence": first,
         "token_divergence_position": d.token_position,
         "prompt_logprobs": _prompt(o),
+        "answer_sha256": o.answer_digest or None,
     }
+    if o.misreported_ids:  # the server's bug, not a verdict (docs/findings/sglang-ids.md)
+        out["misreported_prompt_ids"] = {
+            "count": len(o.misreported_ids),
+            "first": [{"position": m.position, "sent": m.sent, "reported": m.reported}
+                      for m in o.misreported_ids[:MISREPORTED_SHOWN]]}
+    if with_control:  # a report with a control replay (docs/control.md)
+        out.update(control_outcome_fields(o))
     if o.worker is not None:  # replayed through a router (docs/topologies.md)
         out["worker"] = o.worker
         out["routing_note"] = o.routing_note
@@ -148,6 +158,7 @@ class RunFacts:
     storage_hits_after_clear: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     numerics: dict[str, Any] | None = None
+    control: dict[str, Any] | None = None  # with a control replay only (docs/control.md)
     routing: dict[str, Any] | None = None  # behind a router only (docs/topologies.md)
     golden_meta: dict[str, Any] = field(default_factory=dict)
     server_meta: dict[str, Any] | None = field(default_factory=dict)
@@ -156,7 +167,7 @@ class RunFacts:
     hit_lengths: dict[str, int] = field(default_factory=dict)  # requests per cache-hit length
     tiers: dict[str, int] = field(default_factory=dict)  # cached tokens per tier
 
-    OPTIONAL = ("routing", "merged_from")
+    OPTIONAL = ("control", "routing", "merged_from")
     IN_SUMMARY = ("repeats", "hit_lengths", "tiers")
 
     def as_dict(self) -> dict[str, Any]:
@@ -175,7 +186,8 @@ def facts_of(result: ReplayResult) -> RunFacts:
         tier_problem=result.tier_problem, no_cache_hits=result.no_cache_hits,
         hit_problem=result.hit_problem, storage_cleared=result.storage_cleared,
         storage_hits_after_clear=result.storage_hits_after_clear, warnings=result.warnings,
-        numerics=result.numerics, routing=result.routing, golden_meta=result.golden_meta,
+        numerics=result.numerics, control=result.control, routing=result.routing,
+        golden_meta=result.golden_meta,
         server_meta=result.server_meta, repeats=result.repeats, hit_lengths=result.hit_lengths,
         tiers=result.tiers)
 
@@ -186,7 +198,8 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
     if result is None:
         return build_report([], None, golden=golden, server=server, policy=policy, error=error,
                             setup=setup)
-    return build_report([outcome_dict(o) for o in result.outcomes], facts_of(result),
+    with_control = result.control is not None
+    return build_report([outcome_dict(o, with_control) for o in result.outcomes], facts_of(result),
                         golden=golden, server=server, policy=policy, error=error, setup=setup)
 
 
@@ -201,8 +214,8 @@ def build_report(requests: list[dict[str, Any]], facts: RunFacts | None, *, gold
         return {**head, "summary": None, "requests": []}
     head["verdict"] = verdict_of(requests, facts, error)
     body = facts.as_dict()
-    tail = {k: body.pop(k) for k in ("numerics", "routing", "golden_meta", "server_meta",
-                                     "merged_from") if k in body}
+    tail = {k: body.pop(k) for k in ("numerics", "control", "routing", "golden_meta",
+                                     "server_meta", "merged_from") if k in body}
     return {**head, **body, "summary": None if error else summary_of(requests, facts), **tail,
             "requests": requests}
 
@@ -252,10 +265,14 @@ def summary_of(requests: Sequence[dict[str, Any]], facts: RunFacts) -> dict[str,
         "requests_failed": sum(1 for r in requests if not r["passed"]),
         "cache_misses": sum(1 for r in requests if r.get("cache_problem")),
         "retracted_requests": sum(1 for r in requests if _count(r.get("num_retractions"))),
+        "server_id_mismatches": sum(1 for r in requests if r.get("misreported_prompt_ids")),
         "mean_kl": _num(float(np.mean(kls)) if kls else 0.0),
         "max_ulp": _ulp(max((_ulp_value(r.get("max_ulp")) for r in requests), default=0)),
         "cache_hit_lengths": facts.hit_lengths,
         "cached_tokens_by_tier": facts.tiers,
+        **({"failed_on_tier_only": sum(1 for r in requests if not r["passed"]
+                                       and r.get("control_passed") is True)}
+           if facts.control is not None else {}),
     }
 
 

@@ -29,9 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from replay.server.launch import (
-    LOOPBACK, LaunchProfile, Notify, free_port, http_status, launched, load_profile,
-)
+from replay.server.launch import free_port, http_status, launched
+from replay.server.profile import LOOPBACK, LaunchProfile, Notify, load_profile
 from replay.utils.errors import ServerError, UsageError
 
 ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"

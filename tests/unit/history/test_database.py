@@ -1,12 +1,11 @@
-"""Opening a history, on SQLite and a real PostgreSQL: a database that is not a history is
-refused and left as it was, a newer one is named, every failure is a named one-line error
-without any secret, and connecting, statements and locks time out."""
+"""Opening a history (on SQLite here; on a real PostgreSQL again in
+tests/integration/test_history_postgres.py): a database that is not a history is refused and
+left as it was, a newer one is named, every failure is a named one-line error without any
+secret, and a lock held too long times out (connecting and statements: there too)."""
 
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -17,7 +16,6 @@ from replay.history.database import (HistoryTimeout, HistoryUnreachable, NewerHi
 from replay.history.ingest import records
 from replay.history.store import HistoryStore
 from replay.utils.errors import UsageError
-from tests.support import paths
 from tests.support.history_reports import run_report
 
 
@@ -137,37 +135,6 @@ def test_a_refused_connection_is_named_and_shows_no_form_of_a_password():
     assert "s3cret" not in message and "127.0.0.1" in message
 
 
-SILENT = """
-import socket, sys
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
-print(s.getsockname()[1], flush=True)
-held = []
-while True:
-    held.append(s.accept()[0])  # accepted, never answered
-"""
-OPEN = """
-import sys
-import replay.history.database as database
-database.CONNECT_SECONDS = 1
-from replay.history.store import HistoryStore
-HistoryStore.open(sys.argv[1])
-"""
-
-
-def test_a_database_that_accepts_and_never_answers_times_out_in_one_line():
-    silent = subprocess.Popen([sys.executable, "-c", SILENT], stdout=subprocess.PIPE, text=True)
-    try:
-        port = silent.stdout.readline().strip()
-        opened = subprocess.run([sys.executable, "-c", OPEN,
-                                 f"postgresql://golden:s3cret@127.0.0.1:{port}/golden"],
-                                capture_output=True, text=True, timeout=60, cwd=paths.REPO)
-    finally:
-        silent.kill()
-        silent.wait()
-    last = opened.stderr.strip().splitlines()[-1]
-    assert "HistoryTimeout" in last and "connect timeout" in last and "s3cret" not in last
-
-
 def test_a_lock_held_past_the_lock_timeout_is_a_named_one_line_error(history_url, monkeypatch):
     """Another writer holds the history: the add waits its timeout, then says so."""
     import replay.history.database as database
@@ -200,21 +167,3 @@ def test_a_lock_held_past_the_lock_timeout_is_a_named_one_line_error(history_url
         release.set()
         thread.join(30)
         holder.dispose()
-
-
-def test_a_statement_past_the_statement_timeout_is_a_named_one_line_error(postgres, monkeypatch):
-    import replay.history.database as database
-
-    url = postgres.new_database()
-    HistoryStore.open(url).close()
-    engine = raw(url)
-    with engine.begin() as conn:  # every run added now takes 5 s
-        conn.execute(text("CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN "
-                          "PERFORM pg_sleep(5); RETURN NEW; END $$ LANGUAGE plpgsql"))
-        conn.execute(text("CREATE TRIGGER slow BEFORE INSERT ON runs FOR EACH ROW "
-                          "EXECUTE FUNCTION slow()"))
-    engine.dispose()
-    monkeypatch.setattr(database, "STATEMENT_SECONDS", 1)
-    with HistoryStore.open(url) as store, pytest.raises(HistoryTimeout) as exc:
-        store.add(records(run_report()))
-    assert "1 s statement timeout" in one_line(exc)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 
-from replay.history.commands import write_page
 from replay.history.ingest import records
 from replay.history.page import render_page
 from replay.history.queries import golden_history, goldens, run_summary
 from replay.history.store import HistoryStore
 from tests.support.history_reports import run_report
-from tests.unit.report.test_html import browse, chromium, external_references  # noqa: F401
+from tests.unit.report.test_html import external_references
 
 EVIL = '<script>alert(1)</script>"><img src=x>'
 
@@ -65,16 +64,6 @@ def test_the_page_references_nothing_outside_itself(tmp_path):
 def test_an_empty_history_still_makes_a_page(tmp_path):
     page = render_page([], [], "h.sqlite")
     assert "holds no run yet" in page and external_references(page) == []
-
-
-def test_browser_renders_the_page_and_it_loads_nothing(chromium, history_url, tmp_path):
-    store_with_runs(history_url)
-    out = write_page(history_url, tmp_path / "page")
-    visit = browse(chromium, out, tmp_path)
-    assert visit.requests == [] and visit.console == []  # no load, no CSP report, no JS error
-    assert 'data-js="ready"' in visit.dom
-    drawn = re.search(r'data-plots-drawn="(\d+)"', visit.dom)
-    assert drawn and int(drawn[1]) == 7  # every plot laid out with a size
 
 
 def test_a_long_timeline_draws_only_its_latest_runs(tmp_path, monkeypatch):
@@ -145,41 +134,3 @@ def test_each_run_says_its_profile_flags_client_settings_and_tags(tmp_path):
     latest = page.split('<section class="golden" id="latest">', 1)[1]
     assert "<span class=tag>shard 1/2</span>" in latest and "<span class=tag>merged</span>" in latest
     assert '<td class="client">concurrency 12, schedule lockstep</td>' in latest
-
-
-LAYOUT_CHECK = """<script>
-(function(){var problems=[];
-document.querySelectorAll('svg.plot').forEach(function(svg){
-  var box=svg.getBoundingClientRect();
-  var texts=Array.prototype.slice.call(svg.querySelectorAll('text'));
-  var rects=texts.map(function(t){return t.getBoundingClientRect();});
-  rects.forEach(function(r,i){
-    if(r.width===0){problems.push('empty '+texts[i].textContent);}
-    if(r.left<box.left-0.5||r.right>box.right+0.5||r.top<box.top-0.5||r.bottom>box.bottom+0.5){
-      problems.push('clipped: '+texts[i].textContent);}
-    for(var j=0;j<i;j++){var o=rects[j];
-      var w=Math.min(r.right,o.right)-Math.max(r.left,o.left);
-      var h=Math.min(r.bottom,o.bottom)-Math.max(r.top,o.top);
-      if(w>0.5&&h>0.5){problems.push('overlap: '+texts[i].textContent+' / '+texts[j].textContent);}}
-  });});
-document.body.setAttribute('data-layout-problems',JSON.stringify(problems));})();
-</script></body>"""
-
-
-def test_browser_draws_every_label_whole_inside_its_plot_and_apart(chromium, tmp_path):
-    """Long version names, three lanes, shards and merges: no label is cut off by its plot's
-    edge or drawn over another (as laid out by real Chromium), and the page loads nothing."""
-    import html as html_module
-    import json
-
-    url = str(tmp_path / "h.sqlite")
-    store_with_a_matrix(url)
-    page = write_page(url, tmp_path / "site")
-    checked = tmp_path / "checked.html"
-    checked.write_text(page.read_text().replace("</body>", LAYOUT_CHECK, 1))
-    visit = browse(chromium, checked, tmp_path)
-    assert visit.requests == [] and visit.console == []
-    found = re.search(r'data-layout-problems="([^"]*)"', visit.dom)
-    assert found, visit.dom[:500]
-    assert json.loads(html_module.unescape(found[1])) == []
-    assert LONG_VERSION in visit.dom  # whole in its tooltip, cut with an ellipsis where drawn
