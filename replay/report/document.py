@@ -24,11 +24,13 @@ import numpy as np
 from replay.utils.bits import ULP_INFINITE, hex_bits
 from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT
 from replay.report.control import control_outcome_fields
-from replay.report.results import CACHE_MISS, ReplayResult, RequestOutcome
+from replay.report.results import CACHE_MISS, SERVER_ID_MISMATCH, ReplayResult, RequestOutcome
 
 SCHEMA = "golden-replay/report/1"
 VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
 DETAIL_POSITIONS = 4096  # per-position arrays kept for a non-identical request
+# the statuses of a request whose outputs were identical bit for bit (not "diverged")
+OUTPUTS_IDENTICAL = (IDENTICAL, PROMPT_LOGPROB_DRIFT, CACHE_MISS, SERVER_ID_MISMATCH)
 MISREPORTED_SHOWN = 8  # prompt ids reported other than sent, shown per request
 
 
@@ -260,8 +262,8 @@ def summary_of(requests: Sequence[dict[str, Any]], facts: RunFacts) -> dict[str,
         "tokens_compared": sum(_count(r.get("tokens_compared")) for r in requests),
         "prompt_logprobs_compared": sum(_count(p.get("compared")) for p in prompts),
         "prompt_logprob_drifts": sum(1 for p in prompts if not p.get("identical")),
-        "requests_diverged": sum(1 for r in requests if r.get("status") not in
-                                 (IDENTICAL, CACHE_MISS, PROMPT_LOGPROB_DRIFT)),
+        "requests_diverged": sum(1 for r in requests
+                                 if r.get("status") not in OUTPUTS_IDENTICAL),
         "requests_failed": sum(1 for r in requests if not r["passed"]),
         "cache_misses": sum(1 for r in requests if r.get("cache_problem")),
         "retracted_requests": sum(1 for r in requests if _count(r.get("num_retractions"))),
