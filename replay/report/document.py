@@ -207,9 +207,11 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
 
 def build_report(requests: list[dict[str, Any]], facts: RunFacts | None, *, golden: str,
                  server: str, policy: str, error: str | None = None,
-                 setup: RunSetup | None = None) -> dict[str, Any]:
+                 setup: RunSetup | None = None, partial: bool = False) -> dict[str, Any]:
     """The report document: from the request entries (as `outcome_dict` writes them) and the
-    run's facts (None: no run was judged, an `error` document with no requests)."""
+    run's facts (None: no run was judged, an `error` document with no requests). An `error`
+    with facts keeps its requests and their summary (the tested replay finished, its control
+    did not), unless they are `partial` (a merge missing an errored shard's: no summary)."""
     head = {"schema": SCHEMA, "verdict": "error", "error": error, "golden": golden,
             "server": server, "policy": policy, **(setup or RunSetup()).as_dict()}
     if facts is None:
@@ -218,7 +220,7 @@ def build_report(requests: list[dict[str, Any]], facts: RunFacts | None, *, gold
     body = facts.as_dict()
     tail = {k: body.pop(k) for k in ("numerics", "control", "routing", "golden_meta",
                                      "server_meta", "merged_from") if k in body}
-    return {**head, **body, "summary": None if error else summary_of(requests, facts), **tail,
+    return {**head, **body, "summary": None if partial else summary_of(requests, facts), **tail,
             "requests": requests}
 
 

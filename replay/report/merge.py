@@ -135,7 +135,7 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
     return build_report(requests, facts, golden=first.get("golden"),
                         server=", ".join(dict.fromkeys(str(d.get("server")) for d in docs)),
                         policy=first.get("policy"), error="; ".join(errors) if errors else None,
-                        setup=setup)
+                        setup=setup, partial=bool(errors))
 
 
 def first_of(docs: Sequence[dict[str, Any]], key: str) -> Any:

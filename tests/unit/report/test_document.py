@@ -34,7 +34,10 @@ def test_the_verdict_is_pass_only_with_every_request_passed_and_no_problem():
     assert build(passing, tier_problem="no host hits") == "fail"
     assert build(passing, hit_problem="no hits") == "fail"
     doc = build_report(passing, RunFacts(), golden="g", server="s", policy="exact", error="gone")
-    assert doc["verdict"] == "error" and doc["summary"] is None
+    assert doc["verdict"] == "error" and doc["summary"]["requests"] == 2  # its requests judged
+    doc = build_report(passing, RunFacts(), golden="g", server="s", policy="exact", error="gone",
+                       partial=True)
+    assert doc["verdict"] == "error" and doc["summary"] is None  # a shard's requests missing
 
 
 def test_without_a_judged_run_the_document_is_an_error_with_no_requests():
