@@ -21,7 +21,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,12 @@ class Plan:
 
 
 GPU_ARGS = ("--cuda-graph-max-bs=16",)
+# Four servers started in the same second once collided: one's uvicorn port had meanwhile been
+# taken by another's internal port ("[Errno 98] ... address already in use"), and that server
+# then hung in "Waiting for application shutdown" instead of exiting. So: starts 4 s apart, a
+# start that is not up in 240 s given up, and once retried.
+STAGGER = 4.0
+START_TIMEOUT = 240.0
 # Every server's pool is capped so that all of them fit one GPU at once whatever order they
 # start in (SGLang sizes an uncapped pool from the memory free when it starts); the cached
 # reference's cap still holds every token of these scenarios, so it evicts nothing.
@@ -170,13 +176,22 @@ class Fleet:
 
     def start(self, servers: tuple[Server, ...], model: str, backend: str | None,
               logs: Path) -> None:
-        def one(s: Server) -> tuple[Server, Any, str]:
-            cm = launched(load_profile(s.profile), model=model, log_path=logs / f"{s.role}.log",
-                          extra_args=s.args, attention_backend=backend)
-            return s, cm, cm.__enter__()
+        def one(s: Server, delay: float) -> tuple[Server, Any, str]:
+            time.sleep(delay)  # staggered: servers picking ports at once collided (see below)
+            profile = replace(load_profile(s.profile), startup_timeout=START_TIMEOUT)
+            for attempt in (1, 2):  # a port another server took meanwhile: once more
+                log = logs / f"{s.role}{'' if attempt == 1 else '-retry'}.log"
+                cm = launched(profile, model=model, log_path=log, extra_args=s.args,
+                              attention_backend=backend)
+                try:
+                    return s, cm, cm.__enter__()
+                except Exception:  # noqa: BLE001
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
 
         with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
-            futures = {pool.submit(one, s): s for s in servers}
+            futures = {pool.submit(one, s, STAGGER * i): s for i, s in enumerate(servers)}
             for future in concurrent.futures.as_completed(futures):
                 s = futures[future]
                 try:
