@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from replay.server.profile import LaunchProfile
 
 Notify = Callable[[str], None]
+DEFAULT_LOG_DIR = Path("golden-logs")
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ServerTarget:
     url: str | None = None
     profile: str | None = None  # a built-in profile name or a TOML file
     model: str | None = None  # for profiles that need one
-    log_dir: Path = Path("golden-logs")
+    log_dir: Path = DEFAULT_LOG_DIR
     fault: str | None = None  # embedded-engine profiles only
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
@@ -41,6 +42,10 @@ class ServerTarget:
         if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
             raise UsageError("--fault, --server-arg and --attention-backend apply only with "
                              "--launch")
+        if self.url is not None and (self.model or Path(self.log_dir) != DEFAULT_LOG_DIR):
+            given = "--model" if self.model else "--log-dir"
+            raise UsageError(f"{given} applies only with --launch (a server given by --server "
+                             "runs with its own model and writes its own log)")
 
     @property
     def label(self) -> str:
