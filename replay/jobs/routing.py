@@ -8,41 +8,92 @@ identical) but its cache shortfall becomes a `routing_note`, not a failure. A hi
 expectation allows is never explained away, and with a shared storage tier a shortfall stays a
 failure (the shared tier should have served it). Failing requests are counted per worker, so a
 faulty worker behind a healthy router is named.
+
+Through a prefill/decode-disaggregated topology each request has two workers: the prefill worker
+computed (and reused) its prompt's KV, the decode worker received that KV and generated. Prefix
+reuse happens only on the prefill side, so the hit rules judge that half: SGLang's decode worker
+reports the prefill worker's hit as the request's `cached_tokens` (a transferred prompt is not
+a hit, and not a miss either), and a routing miss is a turn whose prefill worker is not its
+parent's. Failures are counted per worker and per (prefill, decode) pair, so a faulty transfer
+between two workers is named as that pair.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from replay.golden.model import Golden
 from replay.report.results import ReplayResult, RequestOutcome
-from replay.server.topology import Topology
+from replay.server.pd_topology import PD_KIND
+from replay.server.topology import DECODE, Topology
 
 
 def apply_routing(result: ReplayResult, golden: Golden, topology: Topology) -> None:
     """Attribute every outcome to its worker (from the router's log) and judge the routing."""
+    if topology.profile.kind == PD_KIND:
+        apply_pd_routing(result, golden, topology)
+        return
     sent = topology.attribution()
-    index = {r.id: i for i, r in enumerate(golden.requests)}
     served: dict[tuple[str, int], int] = {}
     for o in result.outcomes:
         workers = sent.get(o.id, [])
         if o.repeat < len(workers):
             o.worker = workers[o.repeat]
             served[(o.id, o.repeat)] = o.worker
-    for o in result.outcomes:
-        parent = golden.requests[index[o.id]].parent if o.id in index else -1
-        if parent < 0 or o.worker is None:
-            continue
-        parent_worker = served.get((golden.requests[parent].id, o.repeat))
-        if parent_worker is None or parent_worker == o.worker:
-            continue
-        if _shortfall(o) and not topology.profile.shared_storage:
-            o.routing_note = (f"served by worker {o.worker}, its parent by worker "
-                              f"{parent_worker}: the prefix was on another worker (a miss the "
-                              f"routing caused, not a cache bug; was: {o.cache_problem})")
-            o.cache_problem = None
+    explain_routing_misses(result, golden, topology, served, lambda o: o.worker)
     result.siblings_share_storage = topology.profile.shared_storage
     result.routing = routing_summary(result.outcomes, topology, attributed=len(served))
+
+
+def apply_pd_routing(result: ReplayResult, golden: Golden, topology: Topology) -> None:
+    """Both halves of every outcome; the hit rules judge the prefill half (module docstring)."""
+    sent = topology.pd_attribution()
+    served: dict[tuple[str, int], int] = {}
+    for o in result.outcomes:
+        pairs = sent.get(o.id, [])
+        if o.repeat < len(pairs):
+            o.prefill_worker, o.decode_worker = pairs[o.repeat]
+            served[(o.id, o.repeat)] = o.prefill_worker
+    explain_routing_misses(result, golden, topology, served, lambda o: o.prefill_worker)
+    routing = routing_summary(result.outcomes, topology, attributed=len(served))
+    routing["failing_pairs"] = failing_pairs(result.outcomes)
+    result.routing = routing
+
+
+def explain_routing_misses(result: ReplayResult, golden: Golden, topology: Topology,
+                           served: dict[tuple[str, int], int],
+                           reuser: Callable[[RequestOutcome], int | None]) -> None:
+    """A shortfall on another worker than the parent's (the one that could reuse its prefix:
+    `reuser`), with no shared storage tier, becomes a routing note instead of a cache problem."""
+    index = {r.id: i for i, r in enumerate(golden.requests)}
+    for o in result.outcomes:
+        parent = golden.requests[index[o.id]].parent if o.id in index else -1
+        worker = reuser(o)
+        if parent < 0 or worker is None:
+            continue
+        parent_worker = served.get((golden.requests[parent].id, o.repeat))
+        if parent_worker is None or parent_worker == worker:
+            continue
+        if _shortfall(o) and not topology.profile.shared_storage:
+            o.routing_note = (f"served by {_label(topology, worker)}, its parent by "
+                              f"{_label(topology, parent_worker)}: the prefix was on another "
+                              f"worker (a miss the routing caused, not a cache bug; was: "
+                              f"{o.cache_problem})")
+            o.cache_problem = None
+
+
+def _label(topology: Topology, index: int) -> str:
+    return next((w.label for w in topology.workers if w.index == index), f"worker {index}")
+
+
+def failing_pairs(outcomes: list[RequestOutcome]) -> list[dict[str, Any]]:
+    """PD: failures per (prefill worker, decode worker) pair, most first."""
+    counts = Counter((o.prefill_worker, o.decode_worker) for o in outcomes
+                     if not o.passed and o.prefill_worker is not None)
+    return [{"prefill_worker": p, "decode_worker": d, "failed": n}
+            for (p, d), n in counts.most_common()]
 
 
 def _shortfall(o: RequestOutcome) -> bool:
@@ -55,12 +106,15 @@ def routing_summary(outcomes: list[RequestOutcome], topology: Topology,
     """The report's `routing` object (docs/report.md)."""
     per_worker = []
     for w in topology.workers:
-        mine = [o for o in outcomes if o.worker == w.index]
-        expecting = [o for o in mine if o.expected_min_cached]
+        mine = [o for o in outcomes if w.index in (o.worker, o.prefill_worker, o.decode_worker)]
+        # a decode worker reuses nothing: its requests' hits are their prefill worker's
+        reused = [] if w.role == DECODE else mine
+        expecting = [o for o in reused if o.expected_min_cached]
         per_worker.append({
-            "index": w.index, "url": w.url, "fault": w.fault, "requests": len(mine),
+            "index": w.index, "role": w.role, "url": w.url, "fault": w.fault,
+            "requests": len(mine),
             "failed": sum(1 for o in mine if not o.passed),
-            "cached_tokens": sum(o.cached_tokens for o in mine),
+            "cached_tokens": sum(o.cached_tokens for o in reused),
             "expected_hits": len(expecting),
             "hits_met": sum(1 for o in expecting if o.cached_tokens >= o.expected_min_cached),
         })

@@ -88,3 +88,53 @@ def test_the_hit_rate_counts_expected_hits_met_per_worker():
     assert r.routing["hit_rate"] == 1.0
     assert [(w["index"], w["requests"], w["hits_met"]) for w in r.routing["per_worker"]] == \
         [(0, 2, 1), (1, 0, 0)]
+
+
+class LoggedPDTopology(Topology):
+    """A PD topology (prefill workers 0 and 1, decode worker 2) whose router log is data."""
+
+    def __init__(self, sent: dict[str, list[tuple[int, int]]]) -> None:
+        profile = parse_topology("[topology]\nkind = 'pd'\nprefill_profile = 'pd-cpu-prefill'\n"
+                                 "decode_profile = 'pd-cpu-decode'\nprefill_workers = 2\n",
+                                 name="t")
+        super().__init__(profile, "http://router", Path("/nonexistent"),
+                         [Worker(0, "http://p0", None, "prefill", 9000),
+                          Worker(1, "http://p1", None, "prefill", 9001),
+                          Worker(2, "http://d0", None, "decode")])
+        self.sent = sent
+
+    def pd_attribution(self) -> dict[str, list[tuple[int, int]]]:
+        return self.sent
+
+
+def test_through_a_pd_router_each_request_names_both_halves():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 128, 128, None))
+    apply_routing(r, golden(), LoggedPDTopology({"g0/b0/t0": [(0, 2)], "g0/b0/t1": [(0, 2)]}))
+    assert [(o.prefill_worker, o.decode_worker, o.worker) for o in r.outcomes] == \
+        [(0, 2, None), (0, 2, None)]
+    assert r.routing["kind"] == "pd" and r.routing["attributed"] == 2
+    assert [w["role"] for w in r.routing["workers"]] == ["prefill", "prefill", "decode"]
+
+
+def test_the_hit_rules_judge_the_prefill_half_and_a_decode_worker_reuses_nothing():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 128, 128, None))
+    apply_routing(r, golden(), LoggedPDTopology({"g0/b0/t0": [(0, 2)], "g0/b0/t1": [(0, 2)]}))
+    per = {w["index"]: w for w in r.routing["per_worker"]}
+    assert (per[0]["expected_hits"], per[0]["hits_met"], per[0]["cached_tokens"]) == (1, 1, 128)
+    assert (per[2]["requests"], per[2]["expected_hits"], per[2]["cached_tokens"]) == (2, 0, 0)
+    assert r.routing["hit_rate"] == 1.0
+
+
+def test_a_shortfall_on_another_prefill_worker_than_its_parent_is_a_routing_miss():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 0, 128, "cached 0 < 128"))
+    apply_routing(r, golden(), LoggedPDTopology({"g0/b0/t0": [(0, 2)], "g0/b0/t1": [(1, 2)]}))
+    child = r.outcomes[1]
+    assert child.passed and "prefill worker 1, its parent by prefill worker 0" in child.routing_note
+
+
+def test_a_shortfall_on_the_parents_prefill_worker_stays_a_failure_named_by_its_pair():
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 0, 128, "cached 0 < 128"))
+    apply_routing(r, golden(), LoggedPDTopology({"g0/b0/t0": [(1, 2)], "g0/b0/t1": [(1, 2)]}))
+    assert not r.outcomes[1].passed
+    assert r.routing["failing_pairs"] == [{"prefill_worker": 1, "decode_worker": 2, "failed": 1}]
+    assert r.routing["failing_workers"] == [1, 2]
