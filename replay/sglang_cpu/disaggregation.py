@@ -22,15 +22,27 @@ the transfer thread reads KV pages:
 The transfer itself (Mooncake's TransferEngine, SGLang's KV manager, bootstrap server, sender
 and receiver) runs unmodified. Every patch prints one line to the server's log
 (patches.LOG_PREFIX); `apply()` is idempotent and refuses to run anywhere but a CPU server.
+
+A test switch, for showing that a corrupt transfer is caught (never set by a built-in profile):
+`GOLDEN_SGLANG_CPU_PD_FAULT=wrong-page-offset` on a prefill server makes Mooncake's sender read
+the last page of every KV chunk of two or more pages from the page before it (a source offset
+one page short: the decode worker receives real KV, in the wrong place). Each corrupted chunk
+prints a line.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import os
+
+import numpy as np
 import torch
 
 from replay.sglang_cpu.patches import log
+
+FAULT_ENV = "GOLDEN_SGLANG_CPU_PD_FAULT"
+FAULTS = ("wrong-page-offset",)
 
 
 def patch_mooncake_host_indices() -> None:
@@ -54,8 +66,42 @@ def patch_cuda_event() -> None:
         "done when issued: nothing to wait for)")
 
 
+def wrong_page_offset(pages: np.ndarray) -> np.ndarray:
+    """The chunk's source pages with the last one replaced by the page before it."""
+    if len(pages) < 2:
+        return pages
+    wrong = np.array(pages, copy=True)
+    wrong[-1] = wrong[-2]
+    return wrong
+
+
+def arm_transfer_fault(fault: str) -> None:
+    if fault not in FAULTS:
+        raise RuntimeError(f"{FAULT_ENV}={fault!r}: not a transfer fault ({', '.join(FAULTS)})")
+    from sglang.srt.disaggregation.mooncake import conn
+
+    manager = conn.MooncakeKVManager
+    send = manager.send_kvcache
+    if vars(send).get("golden_fault") == fault:
+        return
+
+    def send_kvcache(self: Any, session_id: str, prefill_kv_indices: np.ndarray,
+                     *args: Any, **kwargs: Any) -> Any:
+        wrong = wrong_page_offset(prefill_kv_indices)
+        if wrong is not prefill_kv_indices:
+            log(f"FAULT {fault}: chunk of {len(wrong)} pages, page {prefill_kv_indices[-1]} "
+                f"sent from page {wrong[-1]}")
+        return send(self, session_id, wrong, *args, **kwargs)
+
+    send_kvcache.golden_fault = fault  # type: ignore[attr-defined]
+    manager.send_kvcache = send_kvcache
+    log(f"FAULT armed ({FAULT_ENV}={fault}): MooncakeKVManager.send_kvcache sends each chunk's "
+        "last page from the page before it")
+
+
 def apply(server_args: Any) -> None:
-    """Close both gaps in this scheduler process, for a PD server only."""
+    """Close both gaps in this scheduler process, for a PD server only (and arm the test
+    switch on a prefill server when it is set)."""
     from sglang.srt.utils import is_cpu
 
     if server_args.disaggregation_mode == "null":
@@ -64,3 +110,6 @@ def apply(server_args: Any) -> None:
         raise RuntimeError("replay.sglang_cpu patches are for a CPU server only")
     patch_mooncake_host_indices()
     patch_cuda_event()
+    fault = os.environ.get(FAULT_ENV)
+    if fault and server_args.disaggregation_mode == "prefill":
+        arm_transfer_fault(fault)
