@@ -26,7 +26,7 @@ from typing import Any
 
 from replay.golden.model import Golden
 from replay.report.results import ReplayResult, RequestOutcome
-from replay.server.pd_topology import PD_KIND
+from replay.server.pd_topology import MINI_LB, PD_KIND
 from replay.server.topology import DECODE, Topology
 
 
@@ -50,11 +50,13 @@ def apply_routing(result: ReplayResult, golden: Golden, topology: Topology) -> N
 def apply_pd_routing(result: ReplayResult, golden: Golden, topology: Topology) -> None:
     """Both halves of every outcome; the hit rules judge the prefill half (module docstring)."""
     sent = topology.pd_attribution()
+    sole = topology.sole_pair() if topology.profile.router == MINI_LB else None
     served: dict[tuple[str, int], int] = {}
     for o in result.outcomes:
         pairs = sent.get(o.id, [])
-        if o.repeat < len(pairs):
-            o.prefill_worker, o.decode_worker = pairs[o.repeat]
+        pair = pairs[o.repeat] if o.repeat < len(pairs) else sole
+        if pair is not None:
+            o.prefill_worker, o.decode_worker = pair
             served[(o.id, o.repeat)] = o.prefill_worker
     explain_routing_misses(result, golden, topology, served, lambda o: o.prefill_worker)
     routing = routing_summary(result.outcomes, topology, attributed=len(served))

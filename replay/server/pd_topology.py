@@ -33,8 +33,9 @@ from replay.utils.errors import ServerError, UsageError
 
 PD_KIND = "pd"
 PD_KEYS = {"description", "kind", "prefill_profile", "decode_profile", "prefill_workers",
-           "decode_workers", "policy", "router_args", "startup_timeout"}
+           "decode_workers", "policy", "router", "router_args", "startup_timeout"}
 PD_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+RUST, MINI_LB = "rust", "mini-lb"  # sglang-router's PD routers: its Rust one, or --mini-lb
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class PDTopologyProfile:
     prefill_workers: int = 1
     decode_workers: int = 1
     policy: str = "round_robin"  # the router's --policy, for both halves
+    router: str = RUST  # MINI_LB: sglang-router's Python MiniLB (one pair, picked at random)
     router_args: tuple[str, ...] = ()
     startup_timeout: float = 600.0  # seconds for the router to see every worker healthy
     kind: str = PD_KIND
@@ -59,6 +61,14 @@ class PDTopologyProfile:
         if self.policy not in PD_POLICIES:
             raise UsageError(f"topology {self.name!r}: policy must be one of "
                              f"{', '.join(PD_POLICIES)}")
+        if self.router not in (RUST, MINI_LB):
+            raise UsageError(f"topology {self.name!r}: router must be {RUST} or {MINI_LB}")
+        if self.router == MINI_LB and self.policy != "random":
+            raise UsageError(f"topology {self.name!r}: the {MINI_LB} router picks at random "
+                             "(no policy)")
+        if self.router == MINI_LB and self.workers != 2:
+            raise UsageError(f"topology {self.name!r}: the {MINI_LB} router logs no pairing, so "
+                             "it takes one prefill and one decode worker (the only pair)")
 
     @property
     def workers(self) -> int:
@@ -76,6 +86,7 @@ def parse_pd_table(table: dict[str, Any], *, name: str, description: str) -> PDT
     if unknown:
         raise UsageError(f"topology {name!r}: unknown key(s) {', '.join(unknown)} "
                          "(a pd topology)")
+    router = str(table.get("router", RUST))
     try:
         return PDTopologyProfile(
             name=name, description=description,
@@ -83,7 +94,8 @@ def parse_pd_table(table: dict[str, Any], *, name: str, description: str) -> PDT
             decode_profile=str(table["decode_profile"]),
             prefill_workers=int(table.get("prefill_workers", 1)),
             decode_workers=int(table.get("decode_workers", 1)),
-            policy=str(table.get("policy", "round_robin")),
+            policy=str(table.get("policy", "random" if router == MINI_LB else "round_robin")),
+            router=router,
             router_args=tuple(str(a) for a in table.get("router_args", ())),
             startup_timeout=float(table.get("startup_timeout", 600.0)))
     except KeyError as exc:
@@ -94,13 +106,15 @@ def parse_pd_table(table: dict[str, Any], *, name: str, description: str) -> PDT
 
 def pd_router_args(topology: PDTopologyProfile, prefill: Sequence[tuple[str, int]],
                    decode: Sequence[str]) -> list[str]:
-    """The router's PD flags: every prefill URL with its bootstrap port, every decode URL."""
-    args = ["--pd-disaggregation"]
+    """The router's PD flags: every prefill URL with its bootstrap port, every decode URL (and
+    the policy: MiniLB has none, it picks at random)."""
+    args = ["--mini-lb"] if topology.router == MINI_LB else []
+    args += ["--pd-disaggregation"]
     for url, bootstrap_port in prefill:
         args += ["--prefill", url, str(bootstrap_port)]
     for url in decode:
         args += ["--decode", url]
-    return args + ["--policy", topology.policy]
+    return args + (["--policy", topology.policy] if topology.router == RUST else [])
 
 
 def enter_together(stack: contextlib.ExitStack, managers: Sequence[Any]) -> list[str]:

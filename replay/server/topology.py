@@ -38,7 +38,7 @@ from replay.server.launch import (
     LOOPBACK, LaunchProfile, Notify, free_port, http_status, launched, load_profile,
 )
 from replay.server.pd_topology import (
-    PD_KIND, PDTopologyProfile, enter_together, parse_pd_table, pd_router_args,
+    MINI_LB, PD_KIND, PDTopologyProfile, enter_together, parse_pd_table, pd_router_args,
     read_pd_attribution, warm_up_pair,
 )
 from replay.utils.errors import ServerError, UsageError
@@ -110,8 +110,15 @@ class Topology:
         return read_attribution(self.router_log, self.by_url())
 
     def pd_attribution(self) -> dict[str, list[tuple[int, int]]]:
-        """PD: request id -> (prefill worker, decode worker) of each answered attempt, in order."""
+        """PD: request id -> (prefill worker, decode worker) of each answered attempt, in order.
+        MiniLB logs nothing: every request has its only pair (`sole_pair`)."""
         return read_pd_attribution(self.router_log, self.by_url())
+
+    def sole_pair(self) -> tuple[int, int] | None:
+        """The (prefill, decode) pair of a PD topology with one worker of each, else None."""
+        prefill = [w.index for w in self.workers if w.role == PREFILL]
+        decode = [w.index for w in self.workers if w.role == DECODE]
+        return (prefill[0], decode[0]) if len(prefill) == len(decode) == 1 else None
 
     def by_url(self) -> dict[str, int]:
         return {w.url.rstrip("/"): w.index for w in self.workers}
@@ -121,7 +128,8 @@ class Topology:
                "policy": self.profile.policy, "shared_storage": self.profile.shared_storage,
                "router": self.router_url,
                "workers": [{"index": w.index, "url": w.url, "fault": w.fault} for w in self.workers]}
-        if self.profile.kind == PD_KIND:
+        if isinstance(self.profile, PDTopologyProfile):
+            out["pd_router"] = self.profile.router
             for entry, w in zip(out["workers"], self.workers):
                 entry.update(role=w.role, bootstrap_port=w.bootstrap_port)
         return out
@@ -304,10 +312,12 @@ def _launched_pd(topology: PDTopologyProfile, *, model: str | None, log_dir: Pat
         url = stack.enter_context(launched(router_profile(topology, flags), model=None,
                                            log_path=router_log, notify=notify))
         running = Topology(topology, url, router_log, workers)
-        wait_for_workers(running, api_key)
+        if topology.router != MINI_LB:  # MiniLB has no /workers: its health is all it says
+            wait_for_workers(running, api_key)
         warm_up_pair(topology, url, [(w.label, w.log) for w in workers], api_key)
         if notify:
-            notify(f"topology {topology.name}: sglang-router (PD, {topology.policy}) at {url} "
+            notify(f"topology {topology.name}: sglang-router (PD {topology.router}, "
+                   f"{topology.policy}) at {url} "
                    "over " + ", ".join(f"{w.label} {w.url}" + (
                        f" (bootstrap port {w.bootstrap_port})" if w.bootstrap_port else "")
                        for w in workers))

@@ -81,6 +81,8 @@ class SGLangApi:
         info = await client.get_json("/server_info", fallback="/get_server_info")
         if info.get("router_manager"):  # SGLang's router: the facts are its workers'
             return await router_facts(client)
+        if isinstance(info.get("prefill"), list) and info["prefill"] and "decode" in info:
+            return mini_lb_facts(info)  # sglang-router's MiniLB (--mini-lb): PD workers' facts
         return info
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
@@ -151,4 +153,13 @@ async def router_facts(client: "ServerClient") -> dict[str, Any]:
     prefill = sorted(str(w["url"]) for w in entries if w.get("worker_type") == "prefill")
     facts = dict(infos[urls.index(prefill[0])] if prefill else infos[0])
     facts[ROUTER_KEY] = {"workers": sorted(urls), "worker_server_info": infos}
+    return facts
+
+
+def mini_lb_facts(info: dict[str, Any]) -> dict[str, Any]:
+    """sglang-router's MiniLB answers /get_server_info with its prefill and decode workers' own
+    answers (no URLs): prefill worker 0's are the facts, as behind the Rust PD router."""
+    facts = dict(info["prefill"][0])
+    facts[ROUTER_KEY] = {"workers": [], "worker_server_info": [*info["prefill"],
+                                                                *info.get("decode", [])]}
     return facts

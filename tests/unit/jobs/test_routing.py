@@ -138,3 +138,15 @@ def test_a_shortfall_on_the_parents_prefill_worker_stays_a_failure_named_by_its_
     assert not r.outcomes[1].passed
     assert r.routing["failing_pairs"] == [{"prefill_worker": 1, "decode_worker": 2, "failed": 1}]
     assert r.routing["failing_workers"] == [1, 2]
+
+
+def test_behind_mini_lb_every_request_has_the_only_pair():
+    profile = parse_topology("[topology]\nkind = 'pd'\nprefill_profile = 'p'\n"
+                             "decode_profile = 'd'\nrouter = 'mini-lb'\n", name="t")
+    topology = Topology(profile, "http://router", Path("/nonexistent"),
+                        [Worker(0, "http://p0", None, "prefill", 9000),
+                         Worker(1, "http://d0", None, "decode")])
+    r = result(outcome("g0/b0/t0", 0, None, None), outcome("g0/b0/t1", 128, 128, None))
+    apply_routing(r, golden(), topology)
+    assert [(o.prefill_worker, o.decode_worker) for o in r.outcomes] == [(0, 1), (0, 1)]
+    assert r.routing["pd_router"] == "mini-lb" and r.routing["attributed"] == 2

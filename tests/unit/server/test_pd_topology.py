@@ -86,3 +86,20 @@ def test_a_send_to_a_url_outside_the_topology_is_not_attributed(tmp_path):
 
 def test_a_missing_router_log_attributes_nothing(tmp_path):
     assert read_pd_attribution(tmp_path / "none.log", WORKERS) == {}
+
+
+def test_a_mini_lb_topology_is_one_pair_picked_at_random():
+    topology = parse_topology(PD + "router = 'mini-lb'\n", name="t")
+    assert (topology.router, topology.policy) == ("mini-lb", "random")
+    assert pd_router_args(topology, [("http://p0", 9001)], ["http://d0"]) == [
+        "--mini-lb", "--pd-disaggregation", "--prefill", "http://p0", "9001", "--decode",
+        "http://d0"]
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ("prefill_workers = 2\n", "takes one prefill and one decode worker"),
+    ("policy = 'cache_aware'\n", "picks at random"),
+])
+def test_a_mini_lb_topology_refuses_what_it_cannot_do(extra, problem):
+    with pytest.raises(UsageError, match=problem):
+        parse_topology(PD + "router = 'mini-lb'\n" + extra, name="t")
