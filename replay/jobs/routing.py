@@ -14,17 +14,22 @@ computed (and reused) its prompt's KV, the decode worker received that KV and ge
 reuse happens only on the prefill side, so the hit rules judge that half: SGLang's decode worker
 reports the prefill worker's hit as the request's `cached_tokens` (a transferred prompt is not
 a hit, and not a miss either), and a routing miss is a turn whose prefill worker is not its
-parent's. Failures are counted per worker and per (prefill, decode) pair, so a faulty transfer
-between two workers is named as that pair.
+parent's. A prefill worker never sees its requests' outputs (they are decoded on the decode
+worker), so a follow-up turn may reuse its parent's prompt but not its parent's output: its
+expected hit is the rule applied to the parent's prompt alone, and a hit that stops there is a
+`routing_note`, not a miss (`prompt_only_hits`). Failures are counted per worker and per
+(prefill, decode) pair, so a faulty transfer between two workers is named as that pair.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from replay.golden.model import Golden
+from replay.judge.cache_check import CacheExpectation
 from replay.report.results import ReplayResult, RequestOutcome
 from replay.server.pd_topology import MINI_LB, PD_KIND
 from replay.server.topology import DECODE, Topology
@@ -59,9 +64,51 @@ def apply_pd_routing(result: ReplayResult, golden: Golden, topology: Topology) -
             o.prefill_worker, o.decode_worker = pair
             served[(o.id, o.repeat)] = o.prefill_worker
     explain_routing_misses(result, golden, topology, served, lambda o: o.prefill_worker)
+    explained = prefill_half_hits(result, golden)
     routing = routing_summary(result.outcomes, topology, attributed=len(served))
+    routing["prompt_only_hits"] = explained
+    routing["routing_misses"] -= explained  # notes too, but the prefill half's, not the routing's
     routing["failing_pairs"] = failing_pairs(result.outcomes)
     result.routing = routing
+
+
+def prefill_half_hits(result: ReplayResult, golden: Golden) -> int:
+    """Judge every follow-up by what a prefill worker can hold: its parent's prompt, not its
+    parent's output (module docstring). Returns how many shortfalls that explained."""
+    expectation = expectation_of(result)
+    index = {r.id: i for i, r in enumerate(golden.requests)}
+    explained = 0
+    for o in result.outcomes:
+        i = index.get(o.id)
+        if i is None or golden.requests[i].parent < 0 or o.expected_min_cached is None:
+            continue
+        parent = golden.requests[i].parent
+        history = len(golden.input_ids(parent))
+        short = _shortfall(o)
+        o.expected_min_cached = min(o.expected_min_cached, expectation.minimum(history, 0))
+        if not short:
+            continue
+        if expectation.problem(turn=1, history=history, output=0, cached=o.cached_tokens,
+                               prompt=len(golden.input_ids(i))) is None:
+            output = len(golden.requests[parent].output_ids)
+            o.routing_note = (f"cached {o.cached_tokens}: the prefill worker held its parent's "
+                              f"prompt ({history} tokens), never its {output} output tokens "
+                              f"(decoded on the decode worker; not a cache bug; was: "
+                              f"{o.cache_problem})")
+            o.cache_problem = None
+            explained += 1
+    return explained
+
+
+def expectation_of(result: ReplayResult) -> CacheExpectation:
+    """The replay's cache expectation, back from its text (`str(CacheExpectation)`, e.g.
+    `attention(page=128, pool pressure)` or `mamba:256`)."""
+    text = result.expectation
+    page = re.search(r"page=(\d+)", text)
+    kind = text.split("(")[0].split(":")[0]
+    interval = int(text.split(":")[1]) if kind == "mamba" else 1
+    return CacheExpectation(kind, page_size=int(page.group(1)) if page else 1,
+                            interval=interval, pressure="pool pressure" in text)
 
 
 def explain_routing_misses(result: ReplayResult, golden: Golden, topology: Topology,

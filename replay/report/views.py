@@ -132,6 +132,10 @@ def routing_text(routing: dict[str, Any]) -> str:
     if routing["routing_misses"]:
         text += (f", {routing['routing_misses']} miss(es) the routing caused (prefix on another "
                  "worker; not cache bugs)")
+    if routing.get("prompt_only_hits"):
+        text += (f", {routing['prompt_only_hits']} follow-up hit(s) stop at the parent's prompt "
+                 "(its output was decoded on the decode worker, never in a prefill worker's "
+                 "cache; not cache bugs)")
     if routing.get("kind") == "pd":  # prefill/decode: failures by the pair that served them
         return text + "".join(pd_pair_text(routing, p) for p in routing["failing_pairs"])
     for w in routing["per_worker"]:

@@ -28,8 +28,9 @@ class LoggedTopology(Topology):
 
 
 class Node:
-    def __init__(self, id: str, parent: int) -> None:
-        self.id, self.parent = id, parent
+    def __init__(self, id: str, parent: int, new: int = 0, output: int = 0) -> None:
+        self.id, self.parent, self.group = id, parent, 0
+        self.new_tokens, self.output_ids = np.zeros(new, np.int32), np.zeros(output, np.int32)
 
 
 def golden() -> Golden:
@@ -105,6 +106,36 @@ class LoggedPDTopology(Topology):
 
     def pd_attribution(self) -> dict[str, list[tuple[int, int]]]:
         return self.sent
+
+
+def pd_golden() -> Golden:
+    """A 256-token prefix, turn 0 adds 64 and answers 160 tokens, turn 1 adds 16: pages of 128."""
+    return Golden(scenario={}, prefixes=[np.zeros(256, np.int32)], sampling={},
+                  requests=[Node("g0/b0/t0", -1, 64, 160), Node("g0/b0/t1", 0, 16, 8)])
+
+
+def pd_result(*outcomes: RequestOutcome) -> ReplayResult:
+    return ReplayResult(golden="g", server="s", policy="exact", repeats=1,
+                        expectation="attention(page=128)", outcomes=list(outcomes))
+
+
+def test_a_follow_up_hit_that_stops_at_its_parents_prompt_is_not_a_miss_through_pd():
+    """The prefill worker computed the parent's 320-token prompt (256 of it in whole pages) but
+    never its 160 output tokens: 256 is all it can reuse, though one server would reuse 384."""
+    r = pd_result(outcome("g0/b0/t0", 0, None, None),
+                  outcome("g0/b0/t1", 256, 384, "cached_tokens 256 not in [384, 479, 480]"))
+    apply_routing(r, pd_golden(), LoggedPDTopology({"g0/b0/t0": [(0, 2)], "g0/b0/t1": [(0, 2)]}))
+    child = r.outcomes[1]
+    assert child.passed and child.expected_min_cached == 256
+    assert "held its parent's prompt (320 tokens), never its 160 output tokens" in child.routing_note
+    assert r.routing["prompt_only_hits"] == 1 and r.routing["routing_misses"] == 0
+
+
+def test_a_follow_up_hit_short_of_its_parents_prompt_stays_a_miss_through_pd():
+    r = pd_result(outcome("g0/b0/t0", 0, None, None),
+                  outcome("g0/b0/t1", 128, 384, "cached_tokens 128 not in [384, 479, 480]"))
+    apply_routing(r, pd_golden(), LoggedPDTopology({"g0/b0/t0": [(0, 2)], "g0/b0/t1": [(0, 2)]}))
+    assert not r.outcomes[1].passed and r.outcomes[1].routing_note is None
 
 
 def test_through_a_pd_router_each_request_names_both_halves():
