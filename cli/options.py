@@ -1,8 +1,8 @@
 """What every command shares: option declarations (declared once, reused), the error wrapper
 (one line and exit 2, never a traceback) and the progress/notify callbacks handed to the library.
 
-Kept free of heavy imports: `golden --help` imports only this, typer and the command modules,
-whose bodies import the library when they run.
+Kept free of heavy imports: `golden --help` imports only this, typer, the command modules (whose
+bodies import the library when they run) and the adapter table (replay.server.apis: names only).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+
+from replay.server.apis import api_help  # the adapter table: names only, no adapter imported
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
@@ -109,6 +111,8 @@ def progress_bars(quiet: bool) -> Any:
 # Option declarations, shared by every command that takes them.
 ServerOpt = typer.Option(None, "--server", help="Base URL of a running server, e.g. http://127.0.0.1:30000.", show_default=False)
 LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
+ControlOpt = typer.Option(None, "--control", help="Also replay against this control profile (launched like --launch: same model and server args, no fault) and say of each failure whether the control has it too: `auto` is the tested profile's own control (docs/control.md).", show_default=False)
+ControlServerOpt = typer.Option(None, "--control-server", help="Like --control, but a running control server at this URL.", show_default=False)
 ModelOpt = typer.Option(None, "--model", help="Model for --launch profiles that need one (SGLang: a path or hub id).", show_default=False)
 LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
 ServerArgOpt = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat; use --server-arg=--flag=value).", show_default=False)
@@ -118,8 +122,9 @@ ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
 AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
-ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp | vllm (auto: ask the server).")
+ApiOpt = typer.Option("auto", "--api", help=api_help())
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
+ReferenceOpt = typer.Option("cache-off", "--reference", help="Which reference to record: cache-off (every request from scratch), or cached (the server's cache on and a pool nothing is evicted from, e.g. --launch sglang-cached-reference: follow-up turns reuse decode-written KV as a cached replay does, for kernels whose decode and prefill differ; docs/control.md).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
 PolicyOpt = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N.")
 RepeatOpt = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache).")

@@ -18,13 +18,13 @@ from xml.etree import ElementTree as ET
 
 from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, UsageError
-from replay.server.launch import LaunchProfile
+from replay.server.profile import LaunchProfile
 from replay.server.target import ServerTarget
 from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
 from replay.report.document import SCHEMA, report_dict
 from replay.report.views import junit_xml
-from replay.jobs.repro_script import rerun_command
+from replay.jobs.minimize.repro_script import rerun_command
 from replay.jobs.session import ProgressBar, load_golden, replay_golden, run_setup
 
 Notify = Callable[[str], None]

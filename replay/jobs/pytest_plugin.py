@@ -6,7 +6,7 @@
 Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
 starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
 that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
-visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
+visible GPU, docs/profiles.md), `--golden-api NAME` (as `golden replay --api`),
 `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
 keep every replay's JSON report (CI artifacts), `--golden-api-key KEY` (or the environment's
 GOLDEN_API_KEY) for a server started with an API key. Without a server option the tests that use
@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from replay.server.apis import api_help  # the adapter table: names only, no adapter
+
 # The plugin is loaded into every pytest run of an environment that has golden-replay installed,
 # so the tool itself (numpy, zarr, aiohttp, rich) is imported only when a test asks for it.
 
@@ -50,7 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--golden-attention-backend", metavar="NAME", default=None,
                     help="Attention backend for launched SGLang profiles (default: per visible GPU).")
     group.addoption("--golden-api", metavar="NAME", default="auto",
-                    help="The server's API: auto (ask it), sglang, openai or llamacpp.")
+                    help=f"The server's API: {api_help()}")
     group.addoption("--golden-log-dir", metavar="DIR", default=None,
                     help="Where launched servers write their logs (default: a pytest temp dir).")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,

@@ -14,10 +14,12 @@ import numpy as np
 
 from replay.utils.bits import ULP_INFINITE, hex_bits
 from replay.judge.diff import IDENTICAL
+from replay.report.control import control_outcome_fields
 from replay.report.results import ReplayResult, RequestOutcome
 
 SCHEMA = "golden-replay/report/1"
 DETAIL_POSITIONS = 4096  # per-position arrays kept for a non-identical request
+MISREPORTED_SHOWN = 8  # prompt ids reported other than sent, shown per request
 
 
 def _num(x: float) -> float | str | None:
@@ -33,7 +35,7 @@ def _ulp(u: int) -> int | str:
     return "inf" if u >= ULP_INFINITE else int(u)
 
 
-def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
+def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any]:
     d = o.diff
     first = None
     if d.first is not None:
@@ -54,7 +56,15 @@ def outcome_dict(o: RequestOutcome) -> dict[str, Any]:
         "first_divergence": first,
         "token_divergence_position": d.token_position,
         "prompt_logprobs": _prompt(o),
+        "answer_sha256": o.answer_digest or None,
     }
+    if o.misreported_ids:  # the server's bug, not a verdict (docs/findings/sglang-ids.md)
+        out["misreported_prompt_ids"] = {
+            "count": len(o.misreported_ids),
+            "first": [{"position": m.position, "sent": m.sent, "reported": m.reported}
+                      for m in o.misreported_ids[:MISREPORTED_SHOWN]]}
+    if with_control:  # a report with a control replay (docs/control.md)
+        out.update(control_outcome_fields(o))
     if o.worker is not None:  # replayed through a router (docs/topologies.md)
         out["worker"] = o.worker
         out["routing_note"] = o.routing_note
@@ -155,14 +165,18 @@ def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy
             "requests_failed": sum(1 for o in outcomes if not o.passed),
             "cache_misses": sum(1 for o in outcomes if o.cache_problem),
             "retracted_requests": sum(1 for o in outcomes if o.num_retractions),
+            "server_id_mismatches": sum(1 for o in outcomes if o.misreported_ids),
             "mean_kl": _num(float(np.mean(finite_kl)) if finite_kl else 0.0),
             "max_ulp": _ulp(max((o.diff.max_ulp for o in outcomes), default=0)),
             "cache_hit_lengths": result.hit_lengths,
             "cached_tokens_by_tier": result.tiers,
+            **({"failed_on_tier_only": result.control["failed_on_tier_only"]}
+               if result.control is not None else {}),
         },
         "numerics": result.numerics,
+        **({"control": result.control} if result.control is not None else {}),
         **({"routing": result.routing} if result.routing is not None else {}),
         "golden_meta": result.golden_meta,
         "server_meta": result.server_meta,
-        "requests": [outcome_dict(o) for o in outcomes],
+        "requests": [outcome_dict(o, result.control is not None) for o in outcomes],
     }

@@ -10,6 +10,8 @@ from collections import Counter
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from replay.report.control import control_note
+
 
 def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
     """One testcase per request id (and repeat, when there are several)."""
@@ -41,6 +43,12 @@ def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
 
 
 def failure_line(r: dict[str, Any]) -> str:
+    note = control_note(r)
+    line = _failure_line(r)
+    return f"{line}; {note}" if note else line
+
+
+def _failure_line(r: dict[str, Any]) -> str:
     f = r.get("first_divergence")
     if f:
         line = (f"{r['status']}: first difference at output position {f['position']} "
@@ -57,6 +65,12 @@ def failure_line(r: dict[str, Any]) -> str:
 def short_failure_line(r: dict[str, Any]) -> str:
     """One failing request in a terminal's width: where and how it first differs (the golden's
     value exactly and the distance in ULPs; the report has both sides' bits) and its cache hit."""
+    note = control_note(r)
+    line = _short_failure_line(r)
+    return f"{line}; {note}" if note else line
+
+
+def _short_failure_line(r: dict[str, Any]) -> str:
     f = r.get("first_divergence")
     cached = f"cached {r['cached_tokens']}"
     if not f:
@@ -116,6 +130,8 @@ def verdict_line(report: dict[str, Any]) -> str:
             line += f"; {problem}"
     if report.get("routing"):
         line += f"; {routing_text(report['routing'])}"
+    if report.get("control"):
+        line += f"; {control_text(report['control'])}"
     for warning in report.get("warnings") or []:
         line += f"; warning: {warning}"
     return line
@@ -151,6 +167,14 @@ def pd_pair_text(routing: dict[str, Any], pair: dict[str, Any]) -> str:
     fault = f", fault {prefill['fault']}" if prefill.get("fault") else ""
     return (f"; {pair['failed']} failure(s) on pair prefill worker {prefill['index']} "
             f"({prefill['url']}{fault}) -> decode worker {decode['index']} ({decode['url']})")
+
+
+def control_text(control: dict[str, Any]) -> str:
+    """What the control replay said of the failures (docs/control.md)."""
+    return (f"control {control['target']}: {control['failed_on_tier_only']} failure(s) the "
+            f"tier's alone, {control['failed_on_control_too']} also on the control "
+            f"({control['same_bits_on_control']} with the same bits); the control itself "
+            f"{control['verdict']}ed with {control['requests_failed']} failure(s)")
 
 
 def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:

@@ -34,13 +34,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from replay.server.launch import (
-    LOOPBACK, LaunchProfile, Notify, free_port, http_status, launched, load_profile,
-)
+from replay.server.launch import free_port, http_status, launched
 from replay.server.pd_topology import (
     MINI_LB, PD_KIND, PDTopologyProfile, enter_together, parse_pd_table, pd_router_args,
     read_pd_attribution, warm_up_pair,
 )
+from replay.server.profile import LOOPBACK, LaunchProfile, Notify, load_profile
 from replay.utils.errors import ServerError, UsageError
 
 ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from replay.report.control import control_note
 from replay.report.html.charts import position_chart
 from replay.report.html.divergence import first_divergence_table, top_k_table
 from replay.report.html.fields import anchor
@@ -31,9 +32,11 @@ def failing_table_card(requests: Sequence[dict[str, Any]], prefix: str) -> str:
             return (f"<div class=\"card\" id=\"{prefix}failing\"><h2>Failing requests</h2>"
                     "<p class=\"muted\">None: every request passed.</p></div>")
         return ""
+    with_control = any("control_status" in r for r in bad)
     rows = []
     for r in bad:
         f = dict_field(r, "first_divergence")
+        control = f"<td>{esc(control_note(r) or '')}</td>" if with_control else ""
         style = style_of(r.get("status"))
         rows.append(
             f"<tr><td class=\"mono\"><a href=\"#{esc(anchor(prefix, r))}\">{esc(r.get('id'))}</a>"
@@ -43,11 +46,12 @@ def failing_table_card(requests: Sequence[dict[str, Any]], prefix: str) -> str:
             f"<td>{fmt(f.get('kind'))}</td><td class=\"num\">{fmt(f.get('ulp'))}</td>"
             f"<td class=\"num\">{fmt(r.get('cached_tokens'))}</td>"
             f"<td class=\"num\">{fmt(r.get('expected_min_cached'))}</td>"
-            f"<td>{fmt(r.get('cache_problem'))}{esc(served_by(r))}</td></tr>")
+            f"<td>{fmt(r.get('cache_problem'))}{esc(served_by(r))}</td>{control}</tr>")
     return (f"<div class=\"card\" id=\"{prefix}failing\"><h2>Failing requests "
             f"({len(bad)})</h2><div class=\"scroll\"><table><tr><th>request</th><th>repeat</th>"
             "<th>status</th><th>first pos</th><th>kind</th><th>ulp</th><th>cached</th>"
-            f"<th>expected \u2265</th><th>cache problem</th></tr>{''.join(rows)}</table>"
+            f"<th>expected \u2265</th><th>cache problem</th>"
+            f"{'<th>control</th>' if with_control else ''}</tr>{''.join(rows)}</table>"
             "</div></div>")
 
 
@@ -79,6 +83,8 @@ def request_section(r: dict[str, Any], prefix: str) -> str:
     if r.get("cache_problem"):
         parts.append(f"<div class=\"alert\" style=\"border-color:#5e35b1;background:#ede7f6\">"
                      f"<b>cache:</b> {esc(r['cache_problem'])}</div>")
+    if control_note(r):
+        parts.append(f"<div class=\"alert\"><b>control:</b> {esc(control_note(r))}</div>")
     if first:
         parts.append(first_divergence_table(first))
     abs_delta, ulps = list_field(detail, "abs_delta"), list_field(detail, "ulp")

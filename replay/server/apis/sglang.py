@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay.server.apis.base import SAMPLING, Completion, RequestExtras
+from replay.server.apis.base import SAMPLING, Completion, MisreportedId, RequestExtras
 from replay.server.apis.sglang_parse import parse_completion, parse_prompt_logprobs, parse_text
 from replay.server.apis.sglang_wire import NEWEST, Wire, fallback_for, wire_for
 from replay.utils.errors import ServerError
@@ -63,7 +63,7 @@ class SGLangApi:
         return "/generate", body
 
     def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,
-                              start: int) -> np.ndarray:
+                              start: int) -> tuple[np.ndarray, tuple[MisreportedId, ...]]:
         return parse_prompt_logprobs(text, request_id, input_ids, start)
 
     def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,

@@ -39,7 +39,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from replay.jobs.session import replay_golden
 from replay.run.replayer import ReplayOptions
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 from replay.server.pd_topology import pd_router_args
 from replay.server.target import ServerTarget
 from replay.server.topology import (

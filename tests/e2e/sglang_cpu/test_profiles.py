@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from replay.judge.numerics import compare_numerics
-from replay.server.launch import load_profile, render
+from replay.server.profile import load_profile, render
 
 server_args = pytest.importorskip(
     "sglang.srt.server_args", reason="sglang 0.5.23 is not installed (scripts/install_sglang.sh)")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 
-from replay.history.commands import write_page
 from replay.history.ingest import records
 from replay.history.page import render_page
 from replay.history.queries import golden_history, goldens, run_summary
 from replay.history.store import HistoryStore
 from tests.support.history_reports import run_report
-from tests.unit.report.test_html import browse, chromium, external_references  # noqa: F401
+from tests.unit.report.test_html import external_references
 
 EVIL = '<script>alert(1)</script>"><img src=x>'
 
@@ -65,16 +64,6 @@ def test_the_page_references_nothing_outside_itself(tmp_path):
 def test_an_empty_history_still_makes_a_page(tmp_path):
     page = render_page([], [], "h.sqlite")
     assert "holds no run yet" in page and external_references(page) == []
-
-
-def test_browser_renders_the_page_and_it_loads_nothing(chromium, history_url, tmp_path):
-    store_with_runs(history_url)
-    out = write_page(history_url, tmp_path / "page")
-    visit = browse(chromium, out, tmp_path)
-    assert visit.requests == [] and visit.console == []  # no load, no CSP report, no JS error
-    assert 'data-js="ready"' in visit.dom
-    drawn = re.search(r'data-plots-drawn="(\d+)"', visit.dom)
-    assert drawn and int(drawn[1]) == 7  # every plot laid out with a size
 
 
 def test_a_long_timeline_draws_only_its_latest_runs(tmp_path, monkeypatch):

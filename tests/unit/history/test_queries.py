@@ -1,4 +1,5 @@
-"""What `golden history show` answers, on SQLite and PostgreSQL: the timeline, the first
+"""What `golden history show` answers (on SQLite here, on PostgreSQL in
+tests/integration/test_history_postgres.py): the timeline, the first
 failing server version, flake rates per request and per version, the coverage of hit lengths
 and tiers."""
 

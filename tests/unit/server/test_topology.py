@@ -8,7 +8,7 @@ from replay.server.topology import (
     RoutedURL, Topology, Worker, builtin_topology_names, is_topology, load_topology,
     parse_topology, read_attribution,
 )
-from replay.server.launch import load_profile
+from replay.server.profile import load_profile
 from replay.utils.errors import UsageError
 from tests.support import paths
 
