@@ -80,6 +80,9 @@ def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any
     if o.worker is not None:  # replayed through a router (docs/topologies.md)
         out["worker"] = o.worker
         out["routing_note"] = o.routing_note
+    if o.prefill_worker is not None:  # through a PD router: both halves (docs/topologies.md)
+        out["prefill_worker"], out["decode_worker"] = o.prefill_worker, o.decode_worker
+        out["routing_note"] = o.routing_note
     if d.status != IDENTICAL:
         n = min(DETAIL_POSITIONS, len(d.abs_delta))
         out["detail"] = {

@@ -74,6 +74,13 @@ EXPECTED_CPU_ARGV = {
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct"],
 }
+PD_PREFILL = ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "mooncake_tcp"]
+EXPECTED_CPU_ARGV |= {  # the halves of the pd-cpu topologies (docs/topologies.md)
+    "pd-cpu-prefill": EXPECTED_CPU_ARGV["sglang-cpu-radix"] + PD_PREFILL,
+    "pd-cpu-prefill-hicache": EXPECTED_CPU_ARGV["sglang-cpu-hicache"] + PD_PREFILL,
+    "pd-cpu-decode": CPU_PIN + ["--max-total-tokens", "16384", "--disaggregation-mode", "decode",
+                                "--disaggregation-transfer-backend", "mooncake_tcp"],
+}
 EMBEDDED = ["reference", "radix", "hicache", "hicache-write-back", "hicache-layer-first",
             "hicache-storage"]
 
