@@ -59,10 +59,21 @@ def attribute(result: ReplayResult, control: ReplayResult, label: str) -> None:
 
 
 def _comparable(o: RequestOutcome) -> bool:
-    """Whether the control's answer tells about this failure: it reused as much (so it computed
+    return comparable(o.status, o.cached_tokens, o.control_cached_tokens)
+
+
+def comparable(status: str, cached: int, control_cached: int | None) -> bool:
+    """Whether the control's answer tells about a failure: it reused as much (so it computed
     the same positions the same way), or the failure is the hit itself (a cache miss: then the
     control's own hit check is the comparison)."""
-    return o.status == CACHE_MISS or o.control_cached_tokens == o.cached_tokens
+    return status == CACHE_MISS or control_cached == cached
+
+
+def tier_only(request: dict[str, Any]) -> bool:
+    """A failing request of a report the control answered comparably and passed."""
+    return (not request["passed"] and request.get("control_passed") is True
+            and comparable(request["status"], request["cached_tokens"],
+                           request.get("control_cached_tokens")))
 
 
 def control_note(outcome: dict[str, Any]) -> str | None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from replay.utils.bits import ULP_INFINITE, hex_bits
 from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT
-from replay.report.control import control_outcome_fields
+from replay.report.control import control_outcome_fields, tier_only
 from replay.report.results import CACHE_MISS, SERVER_ID_MISMATCH, ReplayResult, RequestOutcome
 
 SCHEMA = "golden-replay/report/1"
@@ -277,8 +277,7 @@ def summary_of(requests: Sequence[dict[str, Any]], facts: RunFacts) -> dict[str,
         "max_ulp": _ulp(max((_ulp_value(r.get("max_ulp")) for r in requests), default=0)),
         "cache_hit_lengths": facts.hit_lengths,
         "cached_tokens_by_tier": facts.tiers,
-        **({"failed_on_tier_only": sum(1 for r in requests if not r["passed"]
-                                       and r.get("control_passed") is True)}
+        **({"failed_on_tier_only": sum(1 for r in requests if tier_only(r))}
            if facts.control is not None else {}),
     }
 

@@ -74,3 +74,10 @@ def test_every_request_of_a_report_with_a_control_has_the_control_fields():
     keys = {"control_status", "control_passed", "control_same_bits", "control_cached_tokens"}
     assert all(keys <= set(q) for q in doc["requests"])
     assert doc["summary"]["failed_on_tier_only"] == 0 and doc["control"]["target"] == "launch:radix"
+
+
+def test_the_summary_counts_the_tiers_failures_by_the_same_rule_as_the_control_object():
+    r = attributed([outcome("a", "token_divergence", cached=896), outcome("b", "token_divergence")],
+                   [outcome("a", cached=512), outcome("b")])
+    doc = report_dict(r, golden="g", server="s", policy="exact")
+    assert doc["summary"]["failed_on_tier_only"] == doc["control"]["failed_on_tier_only"] == 1
