@@ -37,7 +37,8 @@ def matrix(
     from dataclasses import replace
 
     from replay.jobs.matrix import matrix_junit, run_matrix
-    from replay.report.files import remove_stale, write_reports
+    from replay.jobs.publish import ReportFiles, publish
+    from replay.report.files import remove_stale
     from replay.golden.shard import parse_shard
 
     if shard is not None:
@@ -45,10 +46,12 @@ def matrix(
     notify = o.notify_stderr(quiet)
     targets = [replace(t, notify=notify) for t in target]
     remove_stale(report, junit, html)
+    settings = o.global_settings()
     doc = run_matrix(golden_path, targets, options, client, shard=shard, api=api,
-                     progress=o.progress_bars(quiet), notify=notify)
-    write_reports(doc, report=report, junit=junit, html=html,
-                  junit_text=matrix_junit(doc) if junit else None)
+                     progress=o.progress_bars(quiet), notify=notify, debug=settings.debug)
+    publish(doc, ReportFiles(report=report, junit=junit, html=html,
+                             junit_text=matrix_junit(doc) if junit else None),
+            history=settings.history)
     print_matrix(doc)
     raise typer.Exit(EXIT_CODES.get(doc["verdict"], 2))
 

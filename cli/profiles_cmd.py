@@ -42,7 +42,7 @@ def profiles(ctx: typer.Context) -> None:
         topologies.add_column(column, no_wrap=column == "name")
     for name in builtin_topology_names():
         t = load_topology(name)
-        topologies.add_row(name, f"{t.workers} x {t.worker_profile}", t.policy, t.description)
+        topologies.add_row(name, t.shape, t.policy, t.description)
     render.print_whole(topologies)
 
 

@@ -64,21 +64,25 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                       html: Path | None, control: Any = None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
     from cli import render
-    from cli.options import interruption
+    from cli.options import global_settings, interruption
     from replay.report.document import report_dict
-    from replay.report.files import remove_stale, write_reports
+    from replay.jobs.publish import ReportFiles, publish
+    from replay.report.files import remove_stale
     from replay.jobs.session import replay_golden, run_setup
 
     remove_stale(report, junit, html)
+    files = ReportFiles(report=report, junit=junit, html=html)
+    settings = global_settings()
     try:
         doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
-                            progress=progress_bars(quiet), control=control)
+                            progress=progress_bars(quiet), control=control,
+                            debug=settings.debug)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
         doc = report_dict(None, golden=str(golden_path), server=target.label,
                           policy=str(options.policy), error=interruption(exc),
-                          setup=run_setup(target, options, shard))
-        write_reports(doc, report=report, junit=junit, html=html)
+                          setup=run_setup(target, options, shard, client=copts))
+        publish(doc, files, history=settings.history)
         raise
-    write_reports(doc, report=report, junit=junit, html=html)
+    publish(doc, files, history=settings.history)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

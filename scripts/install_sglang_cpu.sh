@@ -61,7 +61,7 @@ TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>
     echo "install_sglang_cpu: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 # What the stamp covers: every input of the environment, the kernel's sources included.
 KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
-WANT="${SGLANG[*]} ${PACKAGES[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
+WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
 stamp_step "$@"
 
 rm -f "$STAMP"  # a half-made venv must never look installed
@@ -70,6 +70,8 @@ link_only_step "$@"
 CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
+# Mooncake's transfer engine (scripts/sglang_pins.sh): the KV transfer of the pd-* profiles.
+"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$MOONCAKE_PIN"
 SITE="$(venv_site "$VENV")"
 rm -rf "$SITE/torchvision"
 cp -r scripts/sglang_stubs/torchvision "$SITE/torchvision"
@@ -102,6 +104,7 @@ import sglang.srt.entrypoints.http_server  # noqa: F401
 from sglang.srt.managers import scheduler  # noqa: F401
 from sglang.srt.mem_cache.pool_host import mha  # noqa: F401
 import replay.sglang_cpu.patches  # noqa: F401  (the launcher the profiles run: golden-replay itself)
+from mooncake.engine import TransferEngine  # noqa: F401  (mooncake_tcp; needs libibverbs1)
 assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
 for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
     getattr(torch.ops.sgl_kernel, op)

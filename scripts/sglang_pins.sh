@@ -10,3 +10,9 @@ SGLANG_FRONTEND_PACKAGES=(
     "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
     "partial-json-parser"
 )
+# Mooncake's transfer engine for prefill/decode disaggregation on a CPU (`mooncake_tcp`: its TCP
+# transport, no RDMA; docs/topologies.md), installed by install_sglang_cpu.sh: the non-CUDA build
+# of its wheel (the CUDA one, mooncake-transfer-engine, links libcudart.so.12 and libcuda.so.1 and
+# cannot be imported without NVIDIA's driver); its engine.so links libibverbs.so.1 (Debian's
+# libibverbs1) even for TCP.
+MOONCAKE_PIN="mooncake-transfer-engine-non-cuda==0.3.13.post1"

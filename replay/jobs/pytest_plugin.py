@@ -8,8 +8,9 @@ starts one server for the whole session and stops it at the end), with every oth
 of `golden replay` under the same name with `golden-` in front (`--golden-model M`,
 `--golden-attention-backend NAME`, `--golden-log-dir D`, `--golden-server-arg ARG`,
 `--golden-fault NAME`: `TARGET_OPTIONS`); `--golden-api NAME` (as `golden replay --api`);
-`--golden-report-dir D` to keep every replay's JSON report (CI artifacts); `--golden-api-key KEY`
-and `--golden-admin-api-key KEY` (or the environment's GOLDEN_API_KEY, GOLDEN_ADMIN_API_KEY) for a
+`--golden-report-dir D` to keep every replay's JSON report (CI artifacts); `--golden-history URL`
+to add every replay to a results history (docs/history.md); `--golden-api-key KEY` and
+`--golden-admin-api-key KEY` (or the environment's GOLDEN_API_KEY, GOLDEN_ADMIN_API_KEY) for a
 server started with keys. Without a server option the tests that use `golden_replay` are skipped,
 so a suite stays runnable on machines without an accelerator; an option given empty
 (`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip, and an unreachable
@@ -79,13 +80,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"The server's API: {api_help()}")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,
                     help="Write each replay's JSON report here, named after the test.")
+    group.addoption("--golden-history", metavar="URL", default=None,
+                    help="Add each replay to this results history (a file or a postgresql:// URL).")
     for field, (flag, env) in SECRET_OPTIONS.items():
         group.addoption(flag, metavar="KEY", default=None,
                         help=f"{'Bearer token' if field == 'api_key' else 'Admin key'} for the "
                              f"server (or {env}); never written anywhere.")
 
 
-NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key", "golden_admin_api_key")
+NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key", "golden_admin_api_key",
+             "golden_history")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,13 +111,14 @@ def secrets(config: pytest.Config) -> dict[str, str | None]:
 
 def session_target(config: pytest.Config, log_dir: Path | None) -> Any:
     """The ServerTarget the session's options name (every field from its --golden- option;
-    the logs in `log_dir` unless --golden-log-dir names a folder)."""
-    from replay.server.target import ServerTarget
+    a launch's logs in `log_dir` unless --golden-log-dir names a folder)."""
+    from replay.server.target import DEFAULT_LOG_DIR, ServerTarget
 
     values = {f: config.getoption(target_option(f).removeprefix("--").replace("-", "_"))
               for f in TARGET_OPTIONS}
     values = {k: (v or None) if k in ("url", "profile") else v for k, v in values.items()}
-    values["log_dir"] = Path(values["log_dir"]) if values["log_dir"] else log_dir
+    given = values["log_dir"]  # with --golden-server: refused by ServerTarget, never ignored
+    values["log_dir"] = Path(given) if given else (log_dir or DEFAULT_LOG_DIR)
     values["extra_args"] = tuple(values["extra_args"] or ())
     return ServerTarget(**values, notify=_say(config))
 
@@ -128,8 +133,10 @@ def golden_server(request: pytest.FixtureRequest,
     from replay.utils.errors import GoldenError
 
     try:
+        launching = bool(config.getoption("golden_launch"))
         given = config.getoption("golden_log_dir")
-        target = session_target(config, None if given else tmp_path_factory.mktemp("golden-logs"))
+        target = session_target(config, tmp_path_factory.mktemp("golden-logs")
+                                if launching and not given else None)
         with target.serving(secrets(config)["api_key"]) as url:
             yield url
     except GoldenError as exc:
@@ -152,9 +159,10 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     field of ReplayOptions (policy, schedule, repeat, expect_cache, require_tier,
     allow_model_mismatch, allow_numerics_mismatch, ...), shard, concurrency, timeout, api."""
     from replay.report.views import first_failure_lines, verdict_line
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
 
     report_dir = request.config.getoption("golden_report_dir")
+    history = request.config.getoption("golden_history")
     api = request.config.getoption("golden_api")
     keys = secrets(request.config)
     test_dir = request.path.parent
@@ -162,9 +170,10 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     def run(path: str | Path, **options: Any) -> dict[str, Any]:
         golden_path = resolve_golden_path(Path(path), test_dir)
         doc = replay_golden(golden_server, golden_path, **{"api": api, **keys, **options})
-        if report_dir:
-            Path(report_dir).mkdir(parents=True, exist_ok=True)
-            write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
+        path = Path(report_dir) / f"{_file_name(request.node.nodeid)}.json" if report_dir else None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        publish(doc, ReportFiles(report=path), history=history)
         if doc["verdict"] == "fail":
             pytest.fail("\n".join([verdict_line(doc), *first_failure_lines(doc)]), pytrace=False)
         if doc["verdict"] == "error":

@@ -15,7 +15,6 @@ the library prints nothing itself.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +43,7 @@ from replay.golden.shard import parse_shard, shard_golden
 Tick = Callable[[str, bool], None]  # (request id, whether it failed) for each finished request
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
-DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
+DEBUG_ENV = "GOLDEN_DEBUG"  # the CLI's --debug: an unexpected exception keeps its traceback
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
@@ -64,11 +63,13 @@ def shard_of(golden: Golden) -> str | None:
 
 
 def run_setup(target: "ServerTarget", options: ReplayOptions, shard: str | None,
-              checksum: str | None = None) -> RunSetup:
-    """What a replay report records of what was asked (docs/report.md)."""
+              checksum: str | None = None, client: ClientOptions | None = None) -> RunSetup:
+    """What a replay report records of what was asked (docs/report.md); a new run id."""
     return RunSetup(golden_sha256=checksum, shard=str(parse_shard(shard)) if shard else None,
                     repeat=options.repeat, expect_cache=options.expect_cache,
-                    require_tier=options.require_tier, target=target.setup_label)
+                    require_tier=options.require_tier, target=target.setup_label,
+                    concurrency=client.concurrency if client else None,
+                    schedule=str(options.schedule))
 
 
 @contextlib.contextmanager
@@ -89,15 +90,17 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
                   options: ReplayOptions = ReplayOptions(),
                   client: ClientOptions = ClientOptions(), *, api: str = "auto",
                   shard: str | None = None, progress: ProgressBar | None = None,
-                  name: str | None = None, control: ServerTarget | None = None) -> dict[str, Any]:
+                  name: str | None = None, control: ServerTarget | None = None,
+                  debug: bool = False) -> dict[str, Any]:
     """Replay a golden (a path or one in memory) against the target; the report document.
     With a `control` target, the same replay against it too, after the target's, and each
     failure attributed (replay/report/control.py); a control that cannot be replayed makes the
-    report an error that still holds the target's requests."""
+    report an error that still holds the target's requests. `debug`: an unexpected exception
+    propagates instead of becoming an error report."""
     name = name or (str(golden) if isinstance(golden, Path) else "in-memory")
     server = target.label
     secrets = known_secrets(client, target) + (known_secrets(client, control) if control else ())
-    setup = run_setup(target, options, shard)
+    setup = run_setup(target, options, shard, client=client)
     try:
         loaded = load_golden(golden, shard)
         setup = replace(setup, golden_sha256=loaded.checksum, shard=shard_of(loaded))
@@ -121,7 +124,7 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
             doc["numerics"] = exc.numerics  # which fields differed, as documented
         return doc
     except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
-        if os.environ.get(DEBUG_ENV):
+        if debug:
             raise
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
                            error=scrub(unexpected(exc), secrets), setup=setup)

@@ -34,6 +34,9 @@ class RequestOutcome:
     prompt: PromptDiff | None = None  # prompt logprobs, when the golden holds them
     worker: int | None = None  # behind a router: the worker that served it (replay/jobs/routing.py)
     routing_note: str | None = None  # a shortfall the routing explains (not a cache bug)
+    # prefill/decode disaggregated: the worker that computed its prompt's KV, the one that got it
+    prefill_worker: int | None = None
+    decode_worker: int | None = None
     misreported_ids: tuple[Any, ...] = ()  # MisreportedId: prompt ids reported other than sent
     answer_digest: str = ""  # sha256 of the answer's bits (ids, logprobs, top-k, prompt logprobs)
     # With a control replay (replay/report/control.py), for a request that failed: the control's
@@ -41,6 +44,7 @@ class RequestOutcome:
     control_status: str | None = None
     control_passed: bool | None = None
     control_same_bits: bool | None = None
+    control_cached_tokens: int | None = None  # what the control reused for this request
 
     @property
     def status(self) -> str:

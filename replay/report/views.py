@@ -74,7 +74,7 @@ def _short_failure_line(r: dict[str, Any]) -> str:
     f = r.get("first_divergence")
     cached = f"cached {r['cached_tokens']}"
     if not f:
-        return f"{r['status']}: {r.get('cache_problem') or cached}"
+        return f"{r['status']}: {r.get('cache_problem') or cached}{served_by(r)}"
     if f["kind"] == "token":
         what = f"token {f['golden_token']} -> {f['replay_token']}"
     else:
@@ -84,7 +84,14 @@ def _short_failure_line(r: dict[str, Any]) -> str:
     t = r.get("token_divergence_position")
     if t is not None and t != f["position"]:
         line += f"; tokens from {t}"
-    return line
+    return line + served_by(r)
+
+
+def served_by(r: dict[str, Any]) -> str:
+    """`; prefill worker P -> decode worker D` for a request served through a PD router."""
+    if r.get("prefill_worker") is None:
+        return ""
+    return f"; prefill worker {r['prefill_worker']} -> decode worker {r['decode_worker']}"
 
 
 def flake_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
@@ -134,10 +141,19 @@ def routing_text(routing: dict[str, Any]) -> str:
     """What the routing achieved, and which worker failed (docs/topologies.md)."""
     rate = (f"{routing['hits_met']}/{routing['expected_hits']} expected hits met"
             if routing["expected_hits"] else "no hit expected")
-    text = f"routing {routing['policy']} over {len(routing['per_worker'])} workers: {rate}"
+    roles = Counter(w.get("role", "worker") for w in routing["per_worker"])
+    over = (f"{roles['prefill']} prefill + {roles['decode']} decode workers (PD)"
+            if routing.get("kind") == "pd" else f"{len(routing['per_worker'])} workers")
+    text = f"routing {routing['policy']} over {over}: {rate}"
     if routing["routing_misses"]:
         text += (f", {routing['routing_misses']} miss(es) the routing caused (prefix on another "
                  "worker; not cache bugs)")
+    if routing.get("prompt_only_hits"):
+        text += (f", {routing['prompt_only_hits']} follow-up hit(s) stop at the parent's prompt "
+                 "(its output was decoded on the decode worker, never in a prefill worker's "
+                 "cache; not cache bugs)")
+    if routing.get("kind") == "pd":  # prefill/decode: failures by the pair that served them
+        return text + "".join(pd_pair_text(routing, p) for p in routing["failing_pairs"])
     for w in routing["per_worker"]:
         if w["failed"]:
             fault = f", fault {w['fault']}" if w.get("fault") else ""
@@ -145,11 +161,21 @@ def routing_text(routing: dict[str, Any]) -> str:
     return text
 
 
+def pd_pair_text(routing: dict[str, Any], pair: dict[str, Any]) -> str:
+    workers = {w["index"]: w for w in routing["per_worker"]}
+    prefill, decode = workers[pair["prefill_worker"]], workers[pair["decode_worker"]]
+    fault = f", fault {prefill['fault']}" if prefill.get("fault") else ""
+    return (f"; {pair['failed']} failure(s) on pair prefill worker {prefill['index']} "
+            f"({prefill['url']}{fault}) -> decode worker {decode['index']} ({decode['url']})")
+
+
 def control_text(control: dict[str, Any]) -> str:
     """What the control replay said of the failures (docs/control.md)."""
     return (f"control {control['target']}: {control['failed_on_tier_only']} failure(s) the "
             f"tier's alone, {control['failed_on_control_too']} also on the control "
-            f"({control['same_bits_on_control']} with the same bits); the control itself "
+            f"({control['same_bits_on_control']} with the same bits), "
+            f"{control.get('not_comparable', 0)} not comparable (the control reused other "
+            f"KV); the control itself "
             f"{control['verdict']}ed with {control['requests_failed']} failure(s)")
 
 

@@ -185,7 +185,7 @@ def check_cached_reference(plan: Plan, server_info: dict[str, Any]) -> None:
 
     if server_flag(server_info, "disable_radix_cache"):
         raise UsageError("--reference cached needs a server with its prefix cache on (this one "
-                         "has disable_radix_cache; e.g. --launch sglang-cached-reference)")
+                         "has disable_radix_cache; e.g. --launch sglang-radix)")
     pool = pool_tokens(server_info)
     need = plan_footprint(plan)
     if pool is not None and need > pool:

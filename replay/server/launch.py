@@ -49,9 +49,11 @@ TAIL_LINES = 6
 HEADER_PREFIXES = ("# golden-replay launch", "#   env ")
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
 TAIL_CHARS = 600
-# The tool's own secrets: never inherited by a launched server (a profile may still pass one on
-# explicitly in its `env` table).
-PRIVATE_ENV = tuple(ClientOptions.SECRET_ENV.values())
+# The tool's own secrets and settings: never inherited by a launched server (a profile may still
+# pass one on explicitly in its `env` table): the API keys, the results history (its location,
+# and libpq's password and password file, which a history may use) and the debug switch.
+PRIVATE_ENV = (*ClientOptions.SECRET_ENV.values(), "GOLDEN_HISTORY", "GOLDEN_DEBUG",
+               "PGPASSWORD", "PGPASSFILE")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,6 +49,10 @@ class ServerTarget:
         if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
             raise UsageError("--fault, --server-arg and --attention-backend apply only with "
                              "--launch")
+        if self.url is not None and (self.model or Path(self.log_dir) != DEFAULT_LOG_DIR):
+            given = "--model" if self.model else "--log-dir"
+            raise UsageError(f"{given} applies only with --launch (a server given by --server "
+                             "runs with its own model and writes its own log)")
 
     @property
     def label(self) -> str:

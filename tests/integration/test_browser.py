@@ -3,6 +3,7 @@ scripts run to the end and they load nothing; and the check itself sees every ki
 
 from __future__ import annotations
 
+import html as html_module
 import json
 import re
 import shutil
@@ -16,7 +17,7 @@ import pytest
 from replay.history.commands import write_page
 from replay.report.html import render_html, write_html
 from tests.support.postgres import history_url, postgres  # noqa: F401 - fixtures
-from tests.unit.history.test_page import store_with_runs
+from tests.unit.history.test_page import LONG_VERSION, store_with_a_matrix, store_with_runs
 from tests.unit.report.test_html import sample
 
 
@@ -128,3 +129,38 @@ def test_browser_renders_the_page_and_it_loads_nothing(chromium, history_url, tm
     assert 'data-js="ready"' in visit.dom
     drawn = re.search(r'data-plots-drawn="(\d+)"', visit.dom)
     assert drawn and int(drawn[1]) == 7  # every plot laid out with a size
+
+
+LAYOUT_CHECK = """<script>
+(function(){var problems=[];
+document.querySelectorAll('svg.plot').forEach(function(svg){
+  var box=svg.getBoundingClientRect();
+  var texts=Array.prototype.slice.call(svg.querySelectorAll('text'));
+  var rects=texts.map(function(t){return t.getBoundingClientRect();});
+  rects.forEach(function(r,i){
+    if(r.width===0){problems.push('empty '+texts[i].textContent);}
+    if(r.left<box.left-0.5||r.right>box.right+0.5||r.top<box.top-0.5||r.bottom>box.bottom+0.5){
+      problems.push('clipped: '+texts[i].textContent);}
+    for(var j=0;j<i;j++){var o=rects[j];
+      var w=Math.min(r.right,o.right)-Math.max(r.left,o.left);
+      var h=Math.min(r.bottom,o.bottom)-Math.max(r.top,o.top);
+      if(w>0.5&&h>0.5){problems.push('overlap: '+texts[i].textContent+' / '+texts[j].textContent);}}
+  });});
+document.body.setAttribute('data-layout-problems',JSON.stringify(problems));})();
+</script></body>"""
+
+
+def test_browser_draws_every_label_whole_inside_its_plot_and_apart(chromium, tmp_path):
+    """Long version names, three lanes, shards and merges: no label is cut off by its plot's
+    edge or drawn over another (as laid out by real Chromium), and the page loads nothing."""
+    url = str(tmp_path / "h.sqlite")
+    store_with_a_matrix(url)
+    page = write_page(url, tmp_path / "site")
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.read_text().replace("</body>", LAYOUT_CHECK, 1))
+    visit = browse(chromium, checked, tmp_path)
+    assert visit.requests == [] and visit.console == []
+    found = re.search(r'data-layout-problems="([^"]*)"', visit.dom)
+    assert found, visit.dom[:500]
+    assert json.loads(html_module.unescape(found[1])) == []
+    assert LONG_VERSION in visit.dom  # whole in its tooltip, cut with an ellipsis where drawn

@@ -43,9 +43,9 @@ def golden(tmp_path_factory) -> Path:
 
 def replay(golden: Path, tmp_path: Path, *args: str) -> tuple[int, str, dict | None]:
     report = tmp_path / "report.json"
+    logs = ["--log-dir", str(tmp_path / "logs")] if "--launch" in args else []  # else refused
     res = runner.invoke(app, ["replay", str(golden), "--report", str(report), "--junit",
-                              str(tmp_path / "junit.xml"), "--log-dir", str(tmp_path / "logs"),
-                              *args])
+                              str(tmp_path / "junit.xml"), *logs, *args])
     doc = json.loads(report.read_text()) if report.exists() else None
     return res.exit_code, res.output, doc
 

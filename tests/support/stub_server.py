@@ -47,6 +47,7 @@ class StubConfig:
     refuse_b64_alone: bool = False
     # SGLang 0.5.17-0.5.23's report of prompt ids: the vocabulary's last id comes back as 0
     clip_last_id: bool = False
+    port: int = 0  # 0: any free port (a launched stub is given its port)
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -227,7 +228,7 @@ class StubServer:
             app.router.add_route("*", "/flush_cache", self._flush)
             self._runner = web.AppRunner(app)
             loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", self.config.port)
             loop.run_until_complete(site.start())
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             self.url = f"http://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ from replay.report.html.divergence import first_divergence_table, top_k_table
 from replay.report.html.fields import anchor
 from replay.report.html.styles import style_of
 from replay.report.html.values import dict_field, esc, fmt, int_or, list_field
+from replay.report.views import served_by
 
 
 MAX_DETAILED = 60  # failing (request, repeat) entries drawn in full; the rest are listed only
@@ -45,7 +46,7 @@ def failing_table_card(requests: Sequence[dict[str, Any]], prefix: str) -> str:
             f"<td>{fmt(f.get('kind'))}</td><td class=\"num\">{fmt(f.get('ulp'))}</td>"
             f"<td class=\"num\">{fmt(r.get('cached_tokens'))}</td>"
             f"<td class=\"num\">{fmt(r.get('expected_min_cached'))}</td>"
-            f"<td>{fmt(r.get('cache_problem'))}</td>{control}</tr>")
+            f"<td>{fmt(r.get('cache_problem'))}{esc(served_by(r))}</td>{control}</tr>")
     return (f"<div class=\"card\" id=\"{prefix}failing\"><h2>Failing requests "
             f"({len(bad)})</h2><div class=\"scroll\"><table><tr><th>request</th><th>repeat</th>"
             "<th>status</th><th>first pos</th><th>kind</th><th>ulp</th><th>cached</th>"
@@ -73,7 +74,7 @@ def request_section(r: dict[str, Any], prefix: str) -> str:
         f"repeat {fmt(r.get('repeat'))}", f"{fmt(r.get('tokens_compared'))} tokens compared",
         f"max ulp {fmt(r.get('max_ulp'))}", f"mean kl {fmt(r.get('mean_kl'))}",
         f"cached {fmt(r.get('cached_tokens'))} {fmt(dict_field(r, 'cached_tokens_details'))}",
-        f"expected \u2265 {fmt(r.get('expected_min_cached'))}"))
+        f"expected \u2265 {fmt(r.get('expected_min_cached'))}")) + esc(served_by(r))
     parts = [f"<section class=\"card req\" id=\"{esc(anchor(prefix, r))}\" "
              f"data-status=\"{esc(r.get('status'))}\" style=\"border-left-color:{style.stroke}\">"
              f"<h3><span class=\"mono\">{esc(r.get('id'))}</span> <span class=\"pill\" "

@@ -11,6 +11,7 @@ import pytest
 
 from replay.history.database import HistoryError, open_engine
 from replay.history.ingest import NotAReport, records
+from replay.history.queries import golden_keys
 from replay.history.schema import metadata
 from replay.history.store import GoldenSelector, HistoryStore
 from tests.support.history_reports import run_report, sample
@@ -107,7 +108,7 @@ def test_runs_are_listed_newest_first_and_selected_by_golden(history_url):
         run_report(hour=2, golden_sha256="b" * 64))
     with HistoryStore.open(history_url) as store:
         hours = [r["run_at"].hour for r in store.list_runs()]
-        mine = store.list_runs(golden=GoldenSelector("aaaaaaaa"))
+        mine = store.list_runs(keys=golden_keys(store, GoldenSelector("aaaaaaaa")))
         limited = store.list_runs(limit=1)
     assert hours == [3, 2, 1]
     assert [r["run_at"].hour for r in mine] == [3, 1]
@@ -162,8 +163,27 @@ def test_pruning_deletes_old_runs_and_recounts_the_tallies(history_url):
     add(history_url, run_report(hour=1, failing=("g0/b0/t1",)), run_report(hour=5),
         run_report(hour=6, golden_sha256="b" * 64))
     with HistoryStore.open(history_url) as store:
-        assert store.prune(datetime(2026, 11, 1, 3)) == 1
+        assert store.prune(datetime(2026, 9, 1, 3)) == 1
         assert [r["run_at"].hour for r in store.list_runs()] == [6, 5]
     assert counts(history_url) == (2, 54)
     kept, counted = tallies(history_url)
     assert kept == counted and sum(n for n, _ in kept[0].values()) == 54
+
+
+def test_two_runs_alike_in_all_but_their_run_id_are_two_runs(history_url):
+    """Two replays that finish in the same second write the same document but for their run
+    id: both are kept (the report's digest only refuses the same file twice)."""
+    first, second = run_report(hour=1), run_report(hour=1)
+    first["run_id"], second["run_id"] = "run-one", "run-two"
+    assert add(history_url, first, second) == (2, 0)
+    assert add(history_url, first) == (0, 1)
+    assert counts(history_url) == (2, 54)
+
+
+def test_a_run_id_held_with_other_content_is_refused_and_nothing_is_added(history_url):
+    held = {**run_report(hour=1), "run_id": "run-one"}
+    add(history_url, held)
+    edited = {**run_report(hour=1, failing=("g0/b0/t1",)), "run_id": "run-one"}
+    with pytest.raises(NotAReport, match="run run-one is in the history already, with other"):
+        add(history_url, {**run_report(hour=2), "run_id": "run-two"}, edited)
+    assert counts(history_url) == (1, 27)

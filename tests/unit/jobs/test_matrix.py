@@ -14,7 +14,8 @@ from cli.main import exits_cleanly
 from cli.matrix_cmd import cell, matrix, verdict_lines
 from replay.server.transport import ClientOptions
 from replay.utils.errors import UsageError
-from replay.jobs.matrix import matrix_junit, run_matrix, worst_verdict
+from replay.jobs.matrix import matrix_junit, run_matrix
+from replay.report.document import worst_verdict
 from replay.server.target import ServerTarget
 from replay.run.replayer import ReplayOptions
 from tests.data.fake_servers.helpers import fake_profile, record_golden

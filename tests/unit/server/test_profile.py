@@ -49,10 +49,6 @@ EXPECTED_SGLANG_ARGV = {
         "--hicache-mem-layout", "page_first_direct", "--hicache-storage-backend", "file",
         "--hicache-storage-prefetch-policy", "wait_complete", "--enable-deterministic-inference"],
     "sglang-radix": SG + PINNED + [
-        "--mamba-track-interval", "128", "--max-total-tokens", "4096", "--mem-fraction-static",
-        "0.85", "--max-running-requests", "4", "--max-mamba-cache-size", "500",
-        "--enable-deterministic-inference"],
-    "sglang-cached-reference": SG + PINNED + [
         "--mamba-track-interval", "128", "--mem-fraction-static", "0.85",
         "--max-running-requests", "4", "--max-mamba-cache-size", "500",
         "--enable-deterministic-inference"],
@@ -77,6 +73,13 @@ EXPECTED_CPU_ARGV = {
         "--max-total-tokens", "4096", "--enable-hierarchical-cache", "--hicache-ratio", "4",
         "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct",
         "--hicache-mem-layout", "page_first_direct"],
+}
+PD_PREFILL = ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "mooncake_tcp"]
+EXPECTED_CPU_ARGV |= {  # the halves of the pd-cpu topologies (docs/topologies.md)
+    "pd-cpu-prefill": EXPECTED_CPU_ARGV["sglang-cpu-radix"] + PD_PREFILL,
+    "pd-cpu-prefill-hicache": EXPECTED_CPU_ARGV["sglang-cpu-hicache"] + PD_PREFILL,
+    "pd-cpu-decode": CPU_PIN + ["--max-total-tokens", "16384", "--disaggregation-mode", "decode",
+                                "--disaggregation-transfer-backend", "mooncake_tcp"],
 }
 EMBEDDED = ["reference", "radix", "hicache", "hicache-write-back", "hicache-layer-first",
             "hicache-storage"]
