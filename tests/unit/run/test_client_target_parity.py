@@ -89,30 +89,18 @@ def test_every_such_command_offers_every_server_option_but_those_it_refuses(comm
 
 
 
-def parsed_client(argv: list[str], env: dict[str, str]) -> ClientOptions:
+def parsed(group: Any, argv: list[str], env: dict[str, str] | None = None) -> Any:
+    """What a command decorated with `group` (takes_client_options, takes_server_target)
+    receives from `argv`: the one parameter it expands."""
     seen: list[Any] = []
     cli = typer.Typer()
 
     @cli.command()
-    @takes_client_options()
-    def cmd(client: Any = None) -> None:
-        seen.append(client)
+    @group()
+    def cmd(client: Any = None, target: Any = None) -> None:
+        seen.append(client if client is not None else target)
 
     result = CliRunner().invoke(cli, argv, env=env)
-    assert result.exit_code == 0, result.output
-    return seen[0]
-
-
-def parsed_target(argv: list[str]) -> ServerTarget:
-    seen: list[Any] = []
-    cli = typer.Typer()
-
-    @cli.command()
-    @takes_server_target()
-    def cmd(target: Any = None) -> None:
-        seen.append(target)
-
-    result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     return seen[0]
 
@@ -121,13 +109,13 @@ def test_client_argv_and_the_variables_give_the_same_options_back():
     env = {ClientOptions.SECRET_ENV[k]: v for k, v in SECRETS.items()}
     argv = client_argv(CHANGED_CLIENT)
     assert not set(SECRETS.values()) & set(argv)  # never on a command line
-    assert parsed_client(argv, env) == CHANGED_CLIENT
+    assert parsed(takes_client_options, argv, env) == CHANGED_CLIENT
 
 
 @pytest.mark.parametrize("target", [CHANGED_LAUNCH, ServerTarget(url="http://127.0.0.1:9/")],
                          ids=["launch", "url"])
 def test_a_targets_argv_parsed_by_the_cli_gives_the_same_target(target):
-    assert parsed_target(target.argv()) == target
+    assert parsed(takes_server_target, target.argv()) == target
 
 
 def test_repro_sh_carries_every_client_and_server_option():
