@@ -1,0 +1,114 @@
+"""SGLang 0.5.23's L3 storage backends on its REAL CPU server (docs/sglang-cpu.md, "L3 storage
+backends"): the prompt-only golden (cpu-prompt-reuse, recorded once on the reference server,
+conftest.py) replayed twice on each sglang-cpu-hicache-<backend> server, whose host pool is no
+larger than its device pool so that every shared prefix is served from L3 (storage -> host ->
+device), `--require-tier storage`. Before each repeat the replay empties L3 through the backend's
+own clear (POST /hicache/storage-backend/clear). What is asserted is what was seen:
+
+- file, mooncake (its own master, TCP), hf3fs (SGLang's metadata server, mock client) and nixl
+  (POSIX plugin) replay bit for bit with storage-tier hits;
+- mooncake's clear leaves every object read or written within its lease (10 s) in the store, so
+  repeat 2's first branches are served from L3 (the report's warning says so);
+- sim stores keys only and serves no bytes: the replay fails exactly where it served a hit.
+
+One server per backend, one after another (2 cores), each shared by the module. Needs
+`bash scripts/install_sglang_cpu.sh` (which installs the backends' packages; scripts/test.sh runs
+it); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from replay.server.launch import launched, load_profile
+from replay.sglang_cpu.locate import install_hint
+from tests.e2e.sglang_cpu.conftest import STAMP, Replayed, replay, requests
+
+pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
+
+BIT_EXACT = ("file", "mooncake", "hf3fs", "nixl")
+CLEARED = ("file", "hf3fs", "nixl")  # their clear empties L3: both repeats start cold
+
+
+class Backends:
+    """Each backend's server started once, on first use, and its replay kept."""
+
+    def __init__(self, work, model, golden) -> None:
+        self.work, self.model, self.golden = work, model, golden
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def __getitem__(self, backend: str) -> dict[str, Any]:
+        if backend not in self.runs:
+            name = f"sglang-cpu-hicache-{backend}"
+            log = self.work / "logs" / f"{name}.log"
+            with launched(load_profile(name), model=self.model, log_path=log) as url:
+                prompt = replay(url, self.golden, self.work / f"{backend}-prompt.json",
+                                "--repeat", "2", "--require-tier", "storage")
+            self.runs[backend] = {"prompt": prompt, "log": log.read_text()}
+        return self.runs[backend]
+
+
+@pytest.fixture(scope="module")
+def backends(cpu_work, cpu_model, cpu_goldens) -> Backends:
+    return Backends(cpu_work, cpu_model, cpu_goldens["cpu-prompt-reuse"])
+
+
+def storage(q: dict[str, Any]) -> int:
+    return (q["cached_tokens_details"] or {}).get("storage", 0)
+
+
+def first_branches(doc: dict[str, Any], repeat: int) -> list[dict[str, Any]]:
+    return [q for q in requests(doc, repeat) if "/b0/" in q["id"]]
+
+
+@pytest.mark.parametrize("backend", BIT_EXACT)
+def test_the_prompt_only_golden_replays_bit_for_bit_with_storage_tier_hits(backends, backend):
+    r: Replayed = backends[backend]["prompt"]
+    assert r.code == 0, r.output
+    assert r.doc["verdict"] == "pass" and r.doc["storage_cleared"] == 2
+    assert {q["status"] for q in requests(r.doc)} == {"identical"}
+    assert r.doc["summary"]["cached_tokens_by_tier"]["storage"] > 0
+
+
+@pytest.mark.parametrize("backend", BIT_EXACT)
+def test_every_later_branch_of_a_group_is_served_from_storage(backends, backend):
+    """Host pool = device pool: by the time a prefix's next branch comes, seven other prefixes
+    have pushed it out of both, so its hit can only come from L3."""
+    doc = backends[backend]["prompt"].doc
+    later = [q for q in requests(doc) if "/b0/" not in q["id"]]
+    assert later and all(storage(q) == q["cached_tokens"] > 0 for q in later)
+
+
+@pytest.mark.parametrize("backend", CLEARED)
+def test_the_backends_own_clear_empties_l3_before_each_repeat(backends, backend):
+    doc = backends[backend]["prompt"].doc
+    for repeat in (0, 1):
+        assert [q["cached_tokens"] for q in first_branches(doc, repeat)] == [0] * 8
+
+
+def test_mooncakes_clear_keeps_the_objects_its_lease_protects(backends):
+    """MooncakeStore.clear() calls remove_all() without force: Mooncake's master then removes
+    only objects whose lease (default_kv_lease_ttl, 10 s after the last read or write) has
+    expired, and SGLang reports the store cleared. The replay's first branches of repeat 2 are
+    served from L3 (still bit for bit: the objects are the same pages)."""
+    run = backends["mooncake"]
+    doc = run["prompt"].doc
+    assert [storage(q) for q in first_branches(doc, 0)] == [0] * 8
+    stale = [q["id"] for q in first_branches(doc, 1) if storage(q) > 0]
+    assert stale, "every first branch of repeat 2 started cold"
+    flagged = {h["id"] for h in doc["storage_hits_after_clear"] if h["repeat"] == 1}
+    assert set(stale) <= flagged
+    assert any("the clear did not empty the tier" in w for w in doc["warnings"])
+    assert run["log"].count("Hierarchical cache storage backend cleared successfully!") == 2
+
+
+def test_a_backend_that_serves_no_bytes_fails_exactly_where_it_served_a_hit(backends):
+    """sim keeps keys only ("served KV is garbage -- benchmark-only"): every request it served
+    from L3 diverges, every other one is identical."""
+    r = backends["sim"]["prompt"]
+    assert r.code == 1 and r.doc["verdict"] == "fail"
+    served = [q for q in requests(r.doc) if storage(q) > 0]
+    assert served and all(q["status"] != "identical" for q in served)
+    assert {q["status"] for q in requests(r.doc) if storage(q) == 0} == {"identical"}
