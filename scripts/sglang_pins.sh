@@ -10,3 +10,11 @@ SGLANG_FRONTEND_PACKAGES=(
     "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
     "partial-json-parser"
 )
+# The L3 storage backends' packages that run on a CPU (docs/sglang-cpu.md, "L3 storage backends"),
+# installed by install_sglang_cpu.sh. Mooncake: the non-CUDA build of its wheel (the CUDA one,
+# mooncake-transfer-engine, links libcuda.so.1 and cannot be imported without NVIDIA's driver);
+# its store.so links libibverbs.so.1 (Debian's libibverbs1) even for TCP. NIXL: the meta package
+# (the `nixl` module) without its deps (it requires both CUDA variants) plus one variant, whose
+# POSIX plugin needs no GPU.
+MOONCAKE_PIN="mooncake-transfer-engine-non-cuda==0.3.13.post1"
+NIXL_PINS=("nixl==1.5.1" "nixl-cu12==1.5.1")

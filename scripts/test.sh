@@ -79,13 +79,15 @@ report_step() {  # report_step NAME EXIT_CODE
 # Debian packages, in one step (apt takes one lock) and FIRST, since sgl-kernel's CPU build links
 # libnuma: Chromium for the HTML report's real-browser tests, PostgreSQL's programs for the results
 # history's tests (tests/support/postgres.py starts a throw-away server per session; no cluster of
-# its own is created, nor a service started), libnuma-dev for scripts/install_sglang_cpu.sh.
+# its own is created, nor a service started), libnuma-dev for scripts/install_sglang_cpu.sh and
+# libibverbs1 for its Mooncake store (store.so links it even over TCP).
 apt_step() {
     local missing=()
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
     [ -e /usr/include/numa.h ] || missing+=(libnuma-dev)
-    if [ "${#missing[@]}" = 0 ]; then echo "apt: chromium, postgresql and libnuma-dev already installed"; return 0; fi
+    ldconfig -p | grep -q 'libibverbs\.so\.1 ' || missing+=(libibverbs1)
+    if [ "${#missing[@]}" = 0 ]; then echo "apt: chromium, postgresql, libnuma-dev and libibverbs1 already installed"; return 0; fi
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         echo "${missing[*]} not installed and this is not root with apt-get: run apt-get install ${missing[*]}"
         return 1

