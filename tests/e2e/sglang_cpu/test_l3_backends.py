@@ -9,7 +9,10 @@ own clear (POST /hicache/storage-backend/clear). What is asserted is what was se
   (POSIX plugin) replay bit for bit with storage-tier hits;
 - mooncake's clear leaves every object read or written within its lease (10 s) in the store, so
   repeat 2's first branches are served from L3 (the report's warning says so);
-- sim stores keys only and serves no bytes: the replay fails exactly where it served a hit.
+- sim stores keys only and serves no bytes: the replay fails exactly where it served a hit;
+- SGLang's own L3 checks (sglang_own_checks.py), run on the same servers beside the replay,
+  pass on every backend, sim included: they look at hit lengths and HTTP answers, not bits;
+- L3 attached, and detached, over HTTP while a replay runs: the replay stays bit for bit.
 
 One server per backend, one after another (2 cores), each shared by the module. Needs
 `bash scripts/install_sglang_cpu.sh` (which installs the backends' packages; scripts/test.sh runs
@@ -18,22 +21,30 @@ it); skipped otherwise.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
 
 from replay.server.launch import launched, load_profile
 from replay.sglang_cpu.locate import install_hint
-from tests.e2e.sglang_cpu.conftest import STAMP, Replayed, replay, requests
+from tests.e2e.sglang_cpu import sglang_own_checks as own
+from tests.e2e.sglang_cpu.conftest import ORDER, STAMP, Replayed, replay, requests
 
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
 
-BIT_EXACT = ("file", "mooncake", "hf3fs", "nixl")
-CLEARED = ("file", "hf3fs", "nixl")  # their clear empties L3: both repeats start cold
+BIT_EXACT = ("file", "mooncake", "hf3fs", "nixl", "seaweedfs")
+CLEARED = ("file", "hf3fs", "nixl", "seaweedfs")  # their clear empties L3: repeats start cold
+ADMIN_KEY = "golden-l3-admin"  # the file server's --admin-api-key (attach/detach need one)
 
 
 class Backends:
-    """Each backend's server started once, on first use, and its replay kept."""
+    """Each backend's server started once, on first use: the golden's replay, then SGLang's own
+    backup-and-prefetch check on the same server (and on the file server its attach/detach test
+    and L3 attached and detached while a replay runs)."""
 
     def __init__(self, work, model, golden) -> None:
         self.work, self.model, self.golden = work, model, golden
@@ -43,11 +54,43 @@ class Backends:
         if backend not in self.runs:
             name = f"sglang-cpu-hicache-{backend}"
             log = self.work / "logs" / f"{name}.log"
-            with launched(load_profile(name), model=self.model, log_path=log) as url:
-                prompt = replay(url, self.golden, self.work / f"{backend}-prompt.json",
-                                "--repeat", "2", "--require-tier", "storage")
-            self.runs[backend] = {"prompt": prompt, "log": log.read_text()}
+            admin = ["--admin-api-key", ADMIN_KEY] if backend == "file" else []
+            # with an admin key SGLang wants it on /server_info and /flush_cache too
+            keys = ["--api-key", ADMIN_KEY, *admin] if admin else []
+            with launched(load_profile(name), model=self.model, log_path=log,
+                          extra_args=admin) as url:
+                run = {"prompt": replay(url, self.golden, self.work / f"{backend}-prompt.json",
+                                        "--repeat", "2", "--require-tier", "storage", *keys),
+                       "sglang_hit": own.basic_backup_and_prefetch(url, ADMIN_KEY if admin else None)}
+                if backend == "file":
+                    run["attach_detach"] = own.attach_detach(url, ADMIN_KEY)
+                    run["attached_mid_replay"] = self.during_replay(url, "PUT", "attached")
+                    run["detached_mid_replay"] = self.during_replay(url, "DELETE", "detached")
+            run["log"] = log.read_text()
+            self.runs[backend] = run
         return self.runs[backend]
+
+    def during_replay(self, url: str, method: str, tag: str) -> dict[str, Any]:
+        """A replay of the golden (one repeat) in its own process while L3 is attached (PUT) or
+        detached (DELETE) over HTTP: SGLang refuses both while a request runs, so the call is
+        retried until it lands between two requests. Returns the replay and the answers."""
+        report = self.work / f"file-{tag}.json"
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "replay", str(self.golden),
+                                 "--server", url, "--report", str(report), *ORDER, "--quiet",
+                                 "--api-key", ADMIN_KEY, "--admin-api-key", ADMIN_KEY],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        answers: list[int] = []
+        time.sleep(5)  # some requests before the change
+        payload = {"hicache_storage_backend": "file",
+                   "hicache_storage_prefetch_policy": "wait_complete",
+                   "hicache_write_policy": "write_through"} if method == "PUT" else None
+        while proc.poll() is None and (not answers or answers[-1] != 200):
+            answers.append(own.http(method, f"{url}/hicache/storage-backend", payload,
+                                    key=ADMIN_KEY)[0])
+            time.sleep(0.05)
+        output = proc.communicate(timeout=600)[0].decode()
+        return {"code": proc.returncode, "doc": json.loads(report.read_text()),
+                "answers": answers, "output": output}
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +155,32 @@ def test_a_backend_that_serves_no_bytes_fails_exactly_where_it_served_a_hit(back
     served = [q for q in requests(r.doc) if storage(q) > 0]
     assert served and all(q["status"] != "identical" for q in served)
     assert {q["status"] for q in requests(r.doc) if storage(q) == 0} == {"identical"}
+
+
+# --- SGLang's own L3 checks on the same servers -----------------------------------------------
+
+@pytest.mark.parametrize("backend", (*BIT_EXACT, "sim"))
+def test_sglangs_own_backup_and_prefetch_check_passes_on_every_backend(backends, backend):
+    """Its bar (> 700 of 832 tokens from L3 after a flush) is met by sim too: a hit length
+    cannot tell served bytes from garbage."""
+    assert backends[backend]["sglang_hit"] > 700
+
+
+def test_sglangs_own_attach_detach_lifecycle_passes_on_the_cpu_server(backends):
+    result = backends["file"]["attach_detach"]
+    assert result.passed, result.steps
+
+
+# --- L3 attached or detached while a replay runs ----------------------------------------------
+
+@pytest.mark.parametrize("change", ["attached_mid_replay", "detached_mid_replay"])
+def test_l3_changed_over_http_during_a_replay_keeps_it_bit_for_bit(backends, change):
+    run = backends["file"][change]
+    assert run["answers"][-1] == 200, run["answers"]  # it landed between two requests
+    assert run["code"] == 0, run["output"][-2000:]
+    assert {q["status"] for q in requests(run["doc"])} == {"identical"}
+
+
+def test_after_l3_is_attached_mid_replay_later_requests_are_served_from_it(backends):
+    doc = backends["file"]["attached_mid_replay"]["doc"]
+    assert any(storage(q) > 0 for q in requests(doc))
