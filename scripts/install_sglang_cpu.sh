@@ -6,7 +6,7 @@
 # sgl-kernel's CPU extension built from source with torch.utils.cpp_extension: only the kvcache
 # ops a Llama reaches (scripts/sglang_cpu/build_kernel.py), from the vendored source
 # (vendor/, Apache-2.0; no wheel or sdist exists) unless told otherwise; and the packages of the
-# L3 storage backends that run on a CPU (Mooncake, NIXL: scripts/sglang_pins.sh).
+# L3 storage backends that run on a CPU (Mooncake, NIXL, SeaweedFS: scripts/sglang_pins.sh).
 #
 # Where: ${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/sglang-cpu-venv}, a venv of its own that
 # sees the environment golden-replay was installed into ($PYTHON, default python3: a venv or the
@@ -62,7 +62,7 @@ TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>
     echo "install_sglang_cpu: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 # What the stamp covers: every input of the environment, the kernel's sources included.
 KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
-WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN ${NIXL_PINS[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
+WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN ${NIXL_PINS[*]} ${SEAWEEDFS_PINS[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
 stamp_step "$@"
 
 rm -f "$STAMP"  # a half-made venv must never look installed
@@ -71,8 +71,10 @@ link_only_step "$@"
 CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
-# L3 storage backends (scripts/sglang_pins.sh): Mooncake's store and master, NIXL's POSIX plugin.
-"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$MOONCAKE_PIN"
+# L3 storage backends (scripts/sglang_pins.sh): Mooncake's store and master, SeaweedFS's server
+# and boto3, NIXL's POSIX plugin.
+"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$MOONCAKE_PIN" \
+    "${SEAWEEDFS_PINS[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${NIXL_PINS[@]}"
 SITE="$(venv_site "$VENV")"
 rm -rf "$SITE/torchvision"
@@ -111,7 +113,10 @@ for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
     getattr(torch.ops.sgl_kernel, op)
 from mooncake.store import MooncakeDistributedStore  # noqa: F401,E402  (needs libibverbs1)
 from nixl._api import nixl_agent  # noqa: F401,E402
+import boto3  # noqa: F401,E402
 PY
-[ -x "$VENV/bin/mooncake_master" ] || { echo "install_sglang_cpu: mooncake_master is missing" >&2; exit 1; }
+for service in mooncake_master weed; do
+    [ -x "$VENV/bin/$service" ] || { echo "install_sglang_cpu: $service is missing" >&2; exit 1; }
+done
 echo "$WANT" > "$STAMP"
 echo "install_sglang_cpu: installed ${SGLANG[*]} in $VENV ($(du -sh "$VENV" | cut -f1), $(( $(date +%s) - START )) s)"

