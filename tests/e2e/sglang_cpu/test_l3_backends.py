@@ -10,6 +10,7 @@ own clear (POST /hicache/storage-backend/clear). What is asserted is what was se
 - mooncake's clear leaves every object read or written within its lease (10 s) in the store, so
   repeat 2's first branches are served from L3 (the report's warning says so);
 - sim stores keys only and serves no bytes: the replay fails exactly where it served a hit;
+- shm never serves from L3 (a stub): the replay fails `--require-tier storage`;
 - SGLang's own L3 checks (sglang_own_checks.py), run on the same servers beside the replay,
   pass on every backend, sim included: they look at hit lengths and HTTP answers, not bits;
 - L3 attached, and detached, over HTTP while a replay runs: the replay stays bit for bit.
@@ -147,6 +148,16 @@ def test_mooncakes_clear_keeps_the_objects_its_lease_protects(backends):
     assert run["log"].count("Hierarchical cache storage backend cleared successfully!") == 2
 
 
+def test_the_shm_backend_never_serves_from_l3_so_the_replay_fails(backends):
+    """shm switches the host pool to shared memory; its L3 side is a stub (exists() is always
+    False), and with the host pool this tight nothing is hit at all."""
+    r = backends["shm"]["prompt"]
+    assert r.code == 1 and r.doc["verdict"] == "fail"
+    assert {q["status"] for q in requests(r.doc)} == {"identical"}
+    assert all(storage(q) == 0 for q in requests(r.doc))
+    assert "no cache hits came from the storage tier" in r.output
+
+
 def test_a_backend_that_serves_no_bytes_fails_exactly_where_it_served_a_hit(backends):
     """sim keeps keys only ("served KV is garbage -- benchmark-only"): every request it served
     from L3 diverges, every other one is identical."""
@@ -164,6 +175,10 @@ def test_sglangs_own_backup_and_prefetch_check_passes_on_every_backend(backends,
     """Its bar (> 700 of 832 tokens from L3 after a flush) is met by sim too: a hit length
     cannot tell served bytes from garbage."""
     assert backends[backend]["sglang_hit"] > 700
+
+
+def test_sglangs_own_check_fails_where_l3_never_serves(backends):
+    assert backends["shm"]["sglang_hit"] <= 700
 
 
 def test_sglangs_own_attach_detach_lifecycle_passes_on_the_cpu_server(backends):
