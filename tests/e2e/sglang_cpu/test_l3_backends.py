@@ -65,23 +65,31 @@ class Backends:
                        "sglang_hit": own.basic_backup_and_prefetch(url, ADMIN_KEY if admin else None)}
                 if backend == "file":
                     run["attach_detach"] = own.attach_detach(url, ADMIN_KEY)
-                    run["attached_mid_replay"] = self.during_replay(url, "PUT", "attached")
-                    run["detached_mid_replay"] = self.during_replay(url, "DELETE", "detached")
+                    # attached once the first branches ran (the third and fourth are then
+                    # served from L3 the second ones wrote); detached once the second branches
+                    # were served from L3 (without any hit the replay would fail for that alone)
+                    run["attached_mid_replay"] = self.during_replay(url, log, "PUT", 8)
+                    run["detached_mid_replay"] = self.during_replay(url, log, "DELETE", 16)
             run["log"] = log.read_text()
             self.runs[backend] = run
         return self.runs[backend]
 
-    def during_replay(self, url: str, method: str, tag: str) -> dict[str, Any]:
+    def during_replay(self, url: str, log, method: str, after: int) -> dict[str, Any]:
         """A replay of the golden (one repeat) in its own process while L3 is attached (PUT) or
-        detached (DELETE) over HTTP: SGLang refuses both while a request runs, so the call is
-        retried until it lands between two requests. Returns the replay and the answers."""
-        report = self.work / f"file-{tag}.json"
+        detached (DELETE) over HTTP once `after` of its requests were answered (the server's
+        log counts them): SGLang refuses both while a request runs, so the call is retried
+        until it lands between two requests. Returns the replay and the answers."""
+        def answered() -> int:
+            return log.read_text().count('"POST /generate HTTP/1.1" 200')
+        before = answered()
+        report = self.work / f"file-{method.lower()}-mid-replay.json"
         proc = subprocess.Popen([sys.executable, "-m", "cli", "replay", str(self.golden),
                                  "--server", url, "--report", str(report), *ORDER, "--quiet",
                                  "--api-key", ADMIN_KEY, "--admin-api-key", ADMIN_KEY],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         answers: list[int] = []
-        time.sleep(5)  # some requests before the change
+        while proc.poll() is None and answered() < before + after:
+            time.sleep(0.2)
         payload = {"hicache_storage_backend": "file",
                    "hicache_storage_prefetch_policy": "wait_complete",
                    "hicache_write_policy": "write_through"} if method == "PUT" else None

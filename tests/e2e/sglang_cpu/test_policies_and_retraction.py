@@ -40,7 +40,7 @@ class Servers:
     def replayed(self, profile: str, *extra: str) -> Replayed:
         key = (profile, extra)
         if key not in self.runs:
-            tag = f"{profile}{'-c2' if extra else ''}"
+            tag = f"{profile}{'-c2' if PAIRS[0] in extra else ''}"
             with launched(load_profile(profile), model=self.model,
                           log_path=self.work / "logs" / f"{tag}.log") as url:
                 self.runs[key] = replay(url, self.golden, self.work / f"{tag}.json",
