@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from cli.options import PolicyOpt
+from cli.options import PolicyOpt, global_settings
 
 
 def show(
@@ -50,10 +50,10 @@ def diff(
     from replay.judge.diff import Policy
     from replay.run.compare import compare_goldens
     from replay.golden.store import read_golden
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
 
     doc = compare_goldens(read_golden(a), read_golden(b), str(a), str(b), Policy.parse(policy))
-    write_reports(doc, report=report)
+    publish(doc, ReportFiles(report=report), history=global_settings().history)
     render.print_outcome(doc)
     raise typer.Exit(0 if doc["verdict"] == "pass" else 1)
 

@@ -7,8 +7,9 @@
     golden history page --out DIR                   # DIR/index.html with the plots
     golden history prune --before 2026-06-01        # retention: delete older runs
 
-The history is `--db` (or GOLDEN_HISTORY): a file path (SQLite) or a postgresql:// URL;
-default golden-history.sqlite. Exit codes: 0 done, 2 error (a refused report adds nothing).
+The history is `--db`, else `golden --history`, else GOLDEN_HISTORY: a file path (SQLite) or a
+postgresql:// URL; default golden-history.sqlite (an empty one is an error, never the default).
+Exit codes: 0 done, 2 error (a refused report adds nothing).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import typer
 
-from cli.options import HISTORY_ENV, exits_cleanly
+from cli.options import HISTORY_ENV, exits_cleanly, global_settings
 
 app = typer.Typer(
     help="The results history: verdicts, flake rates and hit coverage per server version, over time (docs/history.md).",
@@ -29,16 +30,21 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-DbOpt = typer.Option(None, "--db", envvar=HISTORY_ENV, show_default=False,
-                     help=f"The history: a file (SQLite) or a postgresql:// URL (or {HISTORY_ENV}; default golden-history.sqlite).")
+DbOpt = typer.Option(None, "--db", show_default=False,
+                     help=f"The history: a file (SQLite) or a postgresql:// URL (else golden --history, else {HISTORY_ENV}; default golden-history.sqlite).")
 JsonOpt = typer.Option(False, "--json", help="Print the JSON document (for scripts) instead of lines.")
 
 
 def _where(ctx: typer.Context, db: str | None) -> str:
     from replay.history.commands import DEFAULT_HISTORY
+    from replay.utils.errors import UsageError
 
     parent = ctx.parent.params.get("db") if ctx.parent is not None else None
-    return db or parent or DEFAULT_HISTORY
+    given = db if db is not None else parent
+    if given is not None and not given.strip():
+        raise UsageError("--db is empty (an unset variable?): give a history file or database "
+                         "URL, or leave it out for golden-history.sqlite")
+    return given if given is not None else (global_settings().history or DEFAULT_HISTORY)
 
 
 def _print_json(doc: Any) -> None:
@@ -66,8 +72,10 @@ def runs(
         return
     for r in found:
         where = f" shard {r['shard']}" if r["shard"] else (" merged" if r["merged"] else "")
+        server = f"profile {r['profile']}" if r["profile"] else r["server"]
         typer.echo(f"{r['at']}  {r['verdict']:<5}  {r['golden']}  {r['golden_key'].split(':')[-1][:12]}"
-                   f"  {r['server_version']}  {r['server']}  {r['requests_failed']}/{r['requests']} failed{where}")
+                   f"  {r['server_version']}  {server}  flags {r['flags']}"
+                   f"  {r['requests_failed']}/{r['requests']} failed{where}")
     if not found:
         typer.echo("no runs")
 
@@ -106,8 +114,11 @@ def show(
 def show_lines(doc: dict[str, Any], top: int) -> list[str]:
     verdicts = ", ".join(f"{n} {v}" for v, n in sorted(doc["verdicts"].items()))
     lines = [f"{', '.join(doc['names'])}: {doc['runs']} run(s) ({verdicts})", "timeline:"]
-    lines += [f"  {r['at']}  {r['verdict']:<5}  {r['server_version']}  flags {r['flags']}  "
-              f"{r['requests_failed']}/{r['requests']} failed" for r in doc["timeline"][-20:]]
+    lines += [f"  {r['at']}  {r['verdict']:<5}  {r['server_version']}  "
+              + (f"profile {r['profile']}  " if r["profile"] else "")
+              + f"flags {r['flags']}  {r['requests_failed']}/{r['requests']} failed"
+              + (f"  shard {r['shard']}" if r["shard"] else "  merged" if r["merged"] else "")
+              for r in doc["timeline"][-20:]]
     lines.append("server versions:")
     for v in doc["versions"]:
         rate = "-" if v["fail_rate"] is None else f"{v['fail_rate']:.0%}"

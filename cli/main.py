@@ -24,7 +24,7 @@ from cli import (
     startup_interrupt,
     update_cmd,
 )
-from cli.options import DEBUG_ENV, HISTORY_ENV, exits_cleanly
+from cli.options import DEBUG_ENV, HISTORY_ENV, GlobalSettings, exits_cleanly, fail
 
 app = typer.Typer(
     help=__doc__,
@@ -48,15 +48,25 @@ def print_version(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help=f"On an unexpected error, show the traceback (same as {DEBUG_ENV}=1)."),
     history: str = typer.Option(None, "--history", help=f"Add every report this command writes to this results history: a file or a postgresql:// URL (same as {HISTORY_ENV}=...; docs/history.md).", show_default=False),
     version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     startup_interrupt.disarm()  # the command begins: its own Ctrl-C handling takes over
-    if debug:
-        os.environ[DEBUG_ENV] = "1"
-    if history:
-        os.environ[HISTORY_ENV] = history
+    ctx.obj = settings(debug, history)
+
+
+def settings(debug: bool, history: str | None) -> GlobalSettings:
+    """The global settings from the options, else the environment (read here, once; never
+    written). An empty history location (an unset CI secret) is a usage error, not no history."""
+    named = "--history"
+    if history is None and HISTORY_ENV in os.environ:
+        history, named = os.environ[HISTORY_ENV], HISTORY_ENV
+    if history is not None and not history.strip():
+        fail(f"error: {named} is empty (an unset CI secret?): give a history file or database "
+             f"URL, or leave it out")
+    return GlobalSettings(debug=debug or bool(os.environ.get(DEBUG_ENV)), history=history)
 
 app.command("record")(exits_cleanly(record_cmd.record))
 app.command("replay")(exits_cleanly(replay_cmd.replay))

@@ -40,7 +40,8 @@ def matrix(
 ) -> None:
     """Replay one golden against each launch profile in turn; one report for all of them."""
     from replay.jobs.matrix import matrix_junit, run_matrix
-    from replay.report.files import remove_stale, write_reports
+    from replay.jobs.publish import ReportFiles, publish
+    from replay.report.files import remove_stale
     from replay.golden.shard import parse_shard
 
     copts = o.client_options(concurrency, timeout, api_key, admin_api_key)
@@ -51,10 +52,12 @@ def matrix(
                                attention_backend=attention_backend, notify=notify)
                for name in launch]
     remove_stale(report, junit, html)
+    settings = o.global_settings()
     doc = run_matrix(golden_path, targets, options, copts, shard=shard, api=api,
-                     progress=o.progress_bars(quiet), notify=notify)
-    write_reports(doc, report=report, junit=junit, html=html,
-                  junit_text=matrix_junit(doc) if junit else None)
+                     progress=o.progress_bars(quiet), notify=notify, debug=settings.debug)
+    publish(doc, ReportFiles(report=report, junit=junit, html=html,
+                             junit_text=matrix_junit(doc) if junit else None),
+            history=settings.history)
     print_matrix(doc)
     raise typer.Exit(EXIT_CODES.get(doc["verdict"], 2))
 

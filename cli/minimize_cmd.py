@@ -1,5 +1,5 @@
 """`golden minimize`: shrink a failing replay to the smallest repro that still fails the same way
-(one library call, replay.jobs.minimize_session; the search itself is replay.jobs.minimize).
+(one library call, replay.jobs.minimize.session; the search itself is replay.jobs.minimize.search).
 
 Exit codes: 0 a repro was written (its failure reproduced on a final rerun), 2 error (including a
 start that does not fail on its rerun: flaky), 3 not reproduced (the minimized replay passed on
@@ -64,9 +64,9 @@ def minimize(
 ) -> None:
     """Shrink a failing replay to the smallest one that still fails the same way."""
     from cli import render
-    from replay.jobs.minimize import parse_budget
-    from replay.jobs.minimize_output import check_out_dir
-    from replay.jobs.minimize_session import Failure, MinimizeSettings, minimize_golden
+    from replay.jobs.minimize.search import parse_budget
+    from replay.jobs.minimize.output import check_out_dir
+    from replay.jobs.minimize.session import Failure, MinimizeSettings, minimize_golden
 
     if failure is not None:
         Failure(failure)  # a bad class is an error before any replay

@@ -1,38 +1,75 @@
 """What every command shares: option declarations (declared once, reused), the error wrapper
 (one line and exit 2, never a traceback) and the progress/notify callbacks handed to the library.
 
-Kept free of heavy imports: `golden --help` imports only this, typer and the command modules,
-whose bodies import the library when they run.
+Kept free of heavy imports: `golden --help` imports only this, typer, the command modules (whose
+bodies import the library when they run) and the adapter table (replay.server.apis: names only).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
-import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import typer
 
+from replay.server.apis import api_help  # the adapter table: names only, no adapter imported
+
 F = TypeVar("F", bound=Callable[..., Any])
 DEBUG_ENV = "GOLDEN_DEBUG"  # set to 1 for a traceback instead of the one-line error
-HISTORY_ENV = "GOLDEN_HISTORY"  # = replay.history.HISTORY_ENV: the results history to feed
+HISTORY_ENV = "GOLDEN_HISTORY"  # the results history to feed (read once, like --history)
+
+
+@dataclass(frozen=True)
+class GlobalSettings:
+    """The global options (`golden --debug --history URL COMMAND`, or GOLDEN_DEBUG and
+    GOLDEN_HISTORY), read once by the app's callback into its context object and handed to the
+    running command (`global_settings`), which passes them on as values: never written into the
+    process environment, so no launched server or router inherits them."""
+
+    debug: bool = False
+    history: str | None = None  # a results history location: every report published goes in
+
+
+@runtime_checkable
+class FindsObjects(Protocol):
+    """A click context (typer hands the wrapper its own click's, not a typer.Context)."""
+
+    def find_object(self, object_type: type[Any]) -> Any: ...
+
+
+_RUNNING: contextvars.ContextVar[GlobalSettings] = contextvars.ContextVar(
+    "golden_settings", default=GlobalSettings())
+
+
+def global_settings() -> GlobalSettings:
+    """The settings of the command being run (`exits_cleanly` sets them for its duration;
+    the defaults outside a command line)."""
+    return _RUNNING.get()
 
 
 def exits_cleanly(fn: F, *, signals: bool = True) -> F:
-    """Errors become one line on stderr and exit code 2, never a traceback (unless GOLDEN_DEBUG).
+    """Errors become one line on stderr and exit code 2, never a traceback (unless --debug).
     With `signals`, SIGTERM and SIGHUP interrupt the command like Ctrl-C (`signals_interrupt`);
-    `golden serve` keeps the default (a server stopped by SIGTERM just ends)."""
+    `golden serve` keeps the default (a server stopped by SIGTERM just ends). The command gets
+    the global settings of its command line (typer hands the wrapper the click context)."""
+    signature = inspect.signature(fn)
+    takes_ctx = "ctx" in signature.parameters
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from replay.utils.errors import GoldenError
 
+        ctx = kwargs.get("ctx") if takes_ctx else kwargs.pop("ctx", None)
+        found = ctx.find_object(GlobalSettings) if isinstance(ctx, FindsObjects) else None
+        token = _RUNNING.set(found or GlobalSettings())
         try:
             with signals_interrupt() if signals else contextlib.nullcontext():
                 return fn(*args, **kwargs)
@@ -46,11 +83,19 @@ def exits_cleanly(fn: F, *, signals: bool = True) -> F:
         except KeyboardInterrupt as exc:
             fail(f"error: {interruption(exc)}")
         except Exception as exc:  # a bug or an input nobody foresaw: still no verdict
-            if os.environ.get(DEBUG_ENV):
+            if global_settings().debug:
                 raise
             fail(f"error: unexpected {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the "
                  "traceback)")
+        finally:
+            _RUNNING.reset(token)
 
+    if not takes_ctx:  # typer passes the context to a parameter annotated typer.Context
+        ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                      annotation=typer.Context)
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[ctx_param, *signature.parameters.values()])
+        wrapper.__annotations__ = {"ctx": typer.Context, **getattr(fn, "__annotations__", {})}
     return wrapper  # type: ignore[return-value]
 
 
@@ -109,6 +154,8 @@ def progress_bars(quiet: bool) -> Any:
 # Option declarations, shared by every command that takes them.
 ServerOpt = typer.Option(None, "--server", help="Base URL of a running server, e.g. http://127.0.0.1:30000.", show_default=False)
 LaunchOpt = typer.Option(None, "--launch", help="Start this server profile instead of --server (see `golden profiles`).", show_default=False)
+ControlOpt = typer.Option(None, "--control", help="Also replay against this control profile (launched like --launch: same model and server args, no fault) and say of each failure whether the control has it too: `auto` is the tested profile's own control (docs/control.md).", show_default=False)
+ControlServerOpt = typer.Option(None, "--control-server", help="Like --control, but a running control server at this URL.", show_default=False)
 ModelOpt = typer.Option(None, "--model", help="Model for --launch profiles that need one (SGLang: a path or hub id).", show_default=False)
 LogDirOpt = typer.Option(Path("golden-logs"), "--log-dir", help="Where --launch writes the server's log.")
 ServerArgOpt = typer.Option([], "--server-arg", help="Append one argument to the launched server's command line (repeat; use --server-arg=--flag=value).", show_default=False)
@@ -118,8 +165,9 @@ ScheduleOpt = typer.Option("lockstep", "--schedule", help="lockstep | interleave
 TimeoutOpt = typer.Option(900.0, "--timeout", help="Seconds allowed for one request.")
 ApiKeyOpt = typer.Option(None, "--api-key", envvar="GOLDEN_API_KEY", help="Bearer token (or GOLDEN_API_KEY); never written anywhere.", show_default=False)
 AdminApiKeyOpt = typer.Option(None, "--admin-api-key", envvar="GOLDEN_ADMIN_API_KEY", help="The server's admin key (SGLang --admin-api-key), used only to clear L3 storage between repeats; never written anywhere.", show_default=False)
-ApiOpt = typer.Option("auto", "--api", help="auto | sglang | openai | llamacpp | vllm (auto: ask the server).")
+ApiOpt = typer.Option("auto", "--api", help=api_help())
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress output (for CI logs).")
+ReferenceOpt = typer.Option("cache-off", "--reference", help="Which reference to record: cache-off (every request from scratch), or cached (the server's cache on and a pool nothing is evicted from, e.g. --launch sglang-radix: follow-up turns reuse decode-written KV as a cached replay does, for kernels whose decode and prefill differ; docs/control.md).")
 CheckDeterminismOpt = typer.Option(1, "--check-determinism", help="Record N times; refuse to write unless all agree bit for bit.")
 PolicyOpt = typer.Option("exact", "--policy", help="exact | kl:THRESHOLD | ulp:N.")
 RepeatOpt = typer.Option(1, "--repeat", help="Replay the whole golden N times (each from an empty cache).")

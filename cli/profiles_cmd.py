@@ -24,14 +24,14 @@ def profiles(ctx: typer.Context) -> None:
     from rich.table import Table
 
     from cli import render
-    from replay.server.launch import builtin_profiles
+    from replay.server.profile import builtin_profiles
 
     table = Table(title="built-in launch profiles")
-    for column in ("name", "needs", "description"):
+    for column in ("name", "needs", "control", "description"):
         table.add_column(column, no_wrap=column == "name")  # a name is copied whole
     for p in builtin_profiles():
         needs = ", ".join(f"--{r}" for r in p.required) or "-"
-        table.add_row(p.name, needs, p.description)
+        table.add_row(p.name, needs, p.control or "-", p.description)
     render.print_whole(table)
 
     from replay.server.topology import builtin_topology_names, load_topology
@@ -42,7 +42,7 @@ def profiles(ctx: typer.Context) -> None:
         topologies.add_column(column, no_wrap=column == "name")
     for name in builtin_topology_names():
         t = load_topology(name)
-        topologies.add_row(name, f"{t.workers} x {t.worker_profile}", t.policy, t.description)
+        topologies.add_row(name, t.shape, t.policy, t.description)
     render.print_whole(topologies)
 
 
@@ -58,8 +58,8 @@ def show(
     """Print the exact command (shell-quoted) and environment a profile launches."""
     from cli import render
     from replay.utils.errors import GoldenError
-    from replay.server.launch import attention_choice, load_profile
-    from replay.server.launch import render as render_profile
+    from replay.server.profile import attention_choice, load_profile
+    from replay.server.profile import render as render_profile
 
     notes: list[str] = []
     try:
@@ -71,7 +71,9 @@ def show(
     except GoldenError as exc:
         render.err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
-    render.out.print(f"# {profile.name} ({profile.source}): {profile.description}", markup=False)
+    control = f"; control (--control auto): {profile.control}" if profile.control else ""
+    render.out.print(f"# {profile.name} ({profile.source}): {profile.description}{control}",
+                     markup=False)
     for note in notes:
         render.out.print(f"# {note}", markup=False)
     for key, value in rendered.env.items():

@@ -11,6 +11,7 @@ from cli.options import (
     ApiKeyOpt,
     ApiOpt,
     CheckDeterminismOpt,
+    ReferenceOpt,
     ConcurrencyOpt,
     LaunchOpt,
     LogDirOpt,
@@ -46,18 +47,21 @@ def record(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing golden."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted recording from its journal (.NAME.zarr.journal)."),
     check_determinism: int = CheckDeterminismOpt,
+    reference: str = ReferenceOpt,
     timeout: float = TimeoutOpt,
     api: str = ApiOpt,
     api_key: str = ApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
-    """Record reference outputs of a scenario into a zarr golden (use a cache-disabled server).
-    To re-record a directory of goldens, see `golden update`."""
+    """Record reference outputs of a scenario into a zarr golden (use a cache-disabled server,
+    or --reference cached with a cached one). To re-record a directory of goldens, see
+    `golden update`."""
     from replay.run.recorder import RecordOptions
     from replay.golden.scenario import build_plan, load_scenario, with_overrides
     from replay.jobs.session import NonDeterministicRecording, record_golden
 
-    options = RecordOptions(schedule=schedule, check_determinism=check_determinism)
+    options = RecordOptions(schedule=schedule, check_determinism=check_determinism,
+                            reference=reference)
     copts = client_options(concurrency, timeout, api_key)
     target = server_target(server, launch, model, log_dir, server_arg=server_arg,
                            attention_backend=attention_backend)

@@ -17,6 +17,7 @@ from rich.progress import (
 from rich.table import Table
 
 from cli.progress import ProgressLines
+from replay.report.control import control_note
 from replay.report.views import first_failure_lines, flake_lines, verdict_line
 
 out = Console(highlight=False, soft_wrap=True)
@@ -89,17 +90,20 @@ def failures_table(report: dict[str, Any], limit: int = 30) -> Table | None:
     if not failing:
         return None
     table = Table(title=f"failing requests ({len(failing)})")
+    with_control = any("control_status" in r for r in failing)
     for c in ("request", "repeat", "status", "pos", "golden tok", "replay tok", "golden logprob",
-              "replay logprob", "ulp", "cached"):
+              "replay logprob", "ulp", "cached", *(("control",) if with_control else ())):
         table.add_column(c)
     for r in failing[:limit]:
         f = r.get("first_divergence") or {}
+        control = (control_note(r) or "",) if with_control else ()
         table.add_row(
             r["id"], str(r["repeat"]), r["status"], str(f.get("position", "")),
             str(f.get("golden_token", "")), str(f.get("replay_token", "")),
             str(f.get("golden_logprob", "")), str(f.get("replay_logprob", "")),
             str(f.get("ulp", "")),
             str(r["cached_tokens"]) + (f" ({r['cache_problem']})" if r.get("cache_problem") else ""),
+            *control,
         )
     if len(failing) > limit:
         table.caption = f"... and {len(failing) - limit} more (see --report)"
@@ -131,9 +135,10 @@ def golden_tree(golden: Any, name: str) -> Any:
     spec = golden.scenario
     meta = golden.meta
     model = (meta.get("model_info") or {}).get("model_path", "?")
+    reference = meta.get("reference", "cache-off")
     root = Tree(f"{name}: scenario {spec.get('name')} (seed {spec.get('seed')}, top-k "
-                f"{golden.top_k}), model {model}, from {meta.get('server_url', '?')} "
-                f"at {meta.get('created', '?')}")
+                f"{golden.top_k}), model {model}, {reference} reference from "
+                f"{meta.get('server_url', '?')} at {meta.get('created', '?')}")
     groups: dict[int, Any] = {}
     nodes: dict[int, Any] = {}
     for i, r in enumerate(golden.requests):

@@ -16,6 +16,8 @@ from cli.options import (
     ApiKeyOpt,
     ApiOpt,
     ConcurrencyOpt,
+    ControlOpt,
+    ControlServerOpt,
     FaultOpt,
     GoldenArg,
     LaunchOpt,
@@ -46,6 +48,8 @@ def replay(
     server_arg: list[str] = ServerArgOpt,
     fault: str = FaultOpt,
     shard: str = ShardOpt,
+    control: str = ControlOpt,
+    control_server: str = ControlServerOpt,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here (schema: docs/report.md).", show_default=False),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per request).", show_default=False),
     html: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here.", show_default=False),
@@ -57,38 +61,49 @@ def replay(
     admin_api_key: str = AdminApiKeyOpt,
     quiet: bool = QuietOpt,
 ) -> None:
-    """Replay a golden against a server and diff every token bit for bit."""
+    """Replay a golden against a server and diff every token bit for bit.
+
+    With --control (or --control-server) the same golden is replayed against a control server
+    too, and each failure is said to be the tier's alone or also on the control (docs/control.md);
+    the exit code stays the verdict against the golden."""
     from replay.golden.shard import parse_shard
+    from replay.server.target import control_target
 
     copts = client_options(concurrency, timeout, api_key, admin_api_key)
     if shard is not None:
         parse_shard(shard)
     target = server_target(server, launch, model, log_dir, fault=fault, server_arg=server_arg,
                            attention_backend=attention_backend)
+    twin = control_target(target, control, control_server)
     raise typer.Exit(replay_and_report(golden_path, target, options, copts, api=api, shard=shard,
-                                       quiet=quiet, report=report, junit=junit, html=html))
+                                       quiet=quiet, report=report, junit=junit, html=html,
+                                       control=twin))
 
 
 def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, *, api: str,
                       shard: str | None, quiet: bool, report: Path | None, junit: Path | None,
-                      html: Path | None) -> int:
+                      html: Path | None, control: Any = None) -> int:
     """Replay, write the report files, print; the exit code. Shared by replay and demo."""
     from cli import render
-    from cli.options import interruption
+    from cli.options import global_settings, interruption
     from replay.report.document import report_dict
-    from replay.report.files import remove_stale, write_reports
+    from replay.jobs.publish import ReportFiles, publish
+    from replay.report.files import remove_stale
     from replay.jobs.session import replay_golden, run_setup
 
     remove_stale(report, junit, html)
+    files = ReportFiles(report=report, junit=junit, html=html)
+    settings = global_settings()
     try:
         doc = replay_golden(golden_path, target, options, copts, api=api, shard=shard,
-                            progress=progress_bars(quiet))
+                            progress=progress_bars(quiet), control=control,
+                            debug=settings.debug)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: still an error report
         doc = report_dict(None, golden=str(golden_path), server=target.label,
                           policy=str(options.policy), error=interruption(exc),
-                          setup=run_setup(target, options, shard))
-        write_reports(doc, report=report, junit=junit, html=html)
+                          setup=run_setup(target, options, shard, client=copts))
+        publish(doc, files, history=settings.history)
         raise
-    write_reports(doc, report=report, junit=junit, html=html)
+    publish(doc, files, history=settings.history)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

@@ -54,6 +54,8 @@ def report(
     or with --merge turn shard reports into one report, JUnit file and page."""
     from cli import render
     from replay.utils.errors import UsageError
+    from cli.options import global_settings
+    from replay.jobs.publish import ReportFiles, publish
     from replay.report.files import write_reports
 
     if len(reports) > 1 and not merge:
@@ -65,7 +67,7 @@ def report(
     docs = [load_report(p) for p in reports]
     if not merge:
         try:
-            write_reports(docs[0], html=out)
+            write_reports(docs[0], html=out)  # a view of someone's report: not a run
         except OSError as exc:
             raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
         render.out.print(f"wrote {out}", markup=False)
@@ -78,11 +80,13 @@ def report(
             from cli.matrix_cmd import print_matrix
             from replay.jobs.matrix import matrix_junit
 
-            write_reports(doc, report=json_out, junit=junit, html=out,
-                          junit_text=matrix_junit(doc) if junit else None)
+            publish(doc, ReportFiles(report=json_out, junit=junit, html=out,
+                                     junit_text=matrix_junit(doc) if junit else None),
+                    history=global_settings().history)
             print_matrix(doc)
         else:
-            write_reports(doc, report=json_out, junit=junit, html=out)
+            publish(doc, ReportFiles(report=json_out, junit=junit, html=out),
+                    history=global_settings().history)
             render.print_outcome(doc)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or 'the merged report'}: "

@@ -40,7 +40,7 @@ def update(
     from replay.judge.diff import Policy
     from replay.utils.errors import UsageError
     from replay.run.recorder import RecordOptions
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
     from replay.jobs.update import (UpdateOptions, UpdateResult, find_goldens, report_path,
                                     update_goldens)
 
@@ -55,12 +55,16 @@ def update(
     if not find_goldens(directory):
         raise UsageError(f"no goldens (NAME.zarr) under {directory}")
 
+    history = o.global_settings().history
+
     def shown(result: UpdateResult) -> None:
         print_result(result, dry_run, quiet)
-        if report_dir and result.report is not None:
-            path = report_path(report_dir, directory, result.path)
+        if result.report is None:
+            return
+        path = report_path(report_dir, directory, result.path) if report_dir else None
+        if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_reports(result.report, report=path)
+        publish(result.report, ReportFiles(report=path), history=history)
 
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)

@@ -71,8 +71,9 @@ link_only_step "$@"
 CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
-# L3 storage backends (scripts/sglang_pins.sh): Mooncake's store and master, SeaweedFS's server
-# and boto3, NIXL's POSIX plugin.
+# Mooncake (scripts/sglang_pins.sh): the KV transfer of the pd-* profiles and the L3 mooncake
+# backend's store and master; the other L3 backends: SeaweedFS's server and boto3, NIXL's POSIX
+# plugin.
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$MOONCAKE_PIN" \
     "${SEAWEEDFS_PINS[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${NIXL_PINS[@]}"
@@ -108,6 +109,7 @@ import sglang.srt.entrypoints.http_server  # noqa: F401
 from sglang.srt.managers import scheduler  # noqa: F401
 from sglang.srt.mem_cache.pool_host import mha  # noqa: F401
 import replay.sglang_cpu.patches  # noqa: F401  (the launcher the profiles run: golden-replay itself)
+from mooncake.engine import TransferEngine  # noqa: F401  (mooncake_tcp; needs libibverbs1)
 assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
 for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
     getattr(torch.ops.sgl_kernel, op)

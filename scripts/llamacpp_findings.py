@@ -49,7 +49,8 @@ from typer.testing import CliRunner  # noqa: E402
 from cli.main import app  # noqa: E402
 from replay.server.apis.llamacpp import LlamaCppApi  # noqa: E402
 from replay.server.apis.openai import OpenAIApi  # noqa: E402
-from replay.server.launch import launched, load_profile, render  # noqa: E402
+from replay.server.launch import launched  # noqa: E402
+from replay.server.profile import load_profile, render  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("llamacpp_probe", REPO / "scripts" / "llamacpp_probe.py")
 probe = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Make tiny random-weight Hugging Face model folders for vLLM, from a seed, with no download.
+"""Make tiny random-weight Hugging Face model folders for vLLM and SGLang, from a seed, with no
+download.
 
 Each model is a folder ``${GOLDEN_HF_MODELS:-~/.cache/golden-replay/hf-models}/<name>/`` with
-``config.json``, ``model.safetensors`` (float32 weights drawn from N(0, 0.15), norms near their
-identity) and a word-level tokenizer (``tokenizer.json``: ids ``<unk> <s> </s> t3 .. tN``) of
-exactly the model's vocabulary, which vLLM's OpenAI server needs to start and to detokenize.
+``config.json``, ``model.safetensors`` (weights drawn from N(0, std), norms near their identity;
+float32, or bfloat16 for the ``-sglang`` models) and a word-level tokenizer (``tokenizer.json``:
+ids ``<unk> <s> </s> t3 .. tN``) of exactly the model's vocabulary, which the servers need to start
+and to detokenize.
 
 Why real random weights, not ``--load-format dummy``: vLLM's dummy loader fills every tensor with
 U(-1e-3, 1e-3), so every logprob is -ln(vocab) to six digits and no numeric difference can ever
@@ -16,6 +18,10 @@ show. With std 0.15 the logits spread over several nats, so one ULP of drift is 
                       (2 per token) and a shared expert.
 * ``tiny-nemotron-h`` NemotronHForCausalLM, the Mamba-2 hybrid: layers Mamba-2, MLP,
                       attention, MLP (pattern ``M-*-``).
+* ``tiny-llama-sglang`` and ``tiny-qwen3-next-sglang``: the same shapes with a vocabulary of 4096,
+                      bfloat16 weights from N(0, 0.2^2), for real SGLang on the H200 (the shape
+                      of the GPU feasibility run; carried by scripts/gpu_sglang/build_carry.sh:
+                      6.4 and 7.0 MB). bf16 on disk, so SGLang serves exactly these numbers.
 
 The weights are written by name from the config (numpy + safetensors only: no transformers model
 class, so the result does not depend on which transformers version runs this). The tensor names
@@ -30,9 +36,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import struct
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -178,15 +186,29 @@ def identity_of(name: str, arch: str) -> float:
     return 1.0
 
 
-MODELS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], Shapes]]] = {
-    "tiny-llama": (LLAMA, llama_shapes),
-    "tiny-qwen3-next": (QWEN3_NEXT, qwen3_next_shapes),
-    "tiny-nemotron-h": (NEMOTRON_H, nemotron_h_shapes),
+@dataclass(frozen=True)
+class Recipe:
+    """A model: its config, its tensors' shapes, the weights' spread and stored dtype."""
+
+    config: dict[str, Any]
+    shapes_of: Callable[[dict[str, Any]], Shapes]
+    std: float = STD
+    dtype: str = "float32"  # or "bfloat16" (rounded to nearest even from the float32 draw)
+
+
+SGLANG = {"vocab_size": 4096, "torch_dtype": "bfloat16"}
+MODELS: dict[str, Recipe] = {
+    "tiny-llama": Recipe(LLAMA, llama_shapes),
+    "tiny-qwen3-next": Recipe(QWEN3_NEXT, qwen3_next_shapes),
+    "tiny-nemotron-h": Recipe(NEMOTRON_H, nemotron_h_shapes),
+    "tiny-llama-sglang": Recipe({**LLAMA, **SGLANG}, llama_shapes, 0.2, "bfloat16"),
+    "tiny-qwen3-next-sglang": Recipe({**QWEN3_NEXT, **SGLANG}, qwen3_next_shapes, 0.2, "bfloat16"),
 }
 
 
-def weights(config: dict[str, Any], shapes: Shapes, seed: int) -> dict[str, np.ndarray]:
-    """N(0, STD) everywhere; norm weights at their identity plus N(0, 0.02)."""
+def weights(config: dict[str, Any], shapes: Shapes, seed: int,
+            std: float = STD) -> dict[str, np.ndarray]:
+    """N(0, std) everywhere; norm weights at their identity plus N(0, 0.02)."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name in sorted(shapes):
@@ -194,9 +216,34 @@ def weights(config: dict[str, Any], shapes: Shapes, seed: int) -> dict[str, np.n
         if name.endswith("norm.weight"):
             value = identity_of(name, config["model_type"]) + rng.normal(0.0, 0.02, shape)
         else:
-            value = rng.normal(0.0, STD, shape)
+            value = rng.normal(0.0, std, shape)
         out[name] = value.astype(np.float32)
     return out
+
+
+def bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounded to nearest even (values are finite)."""
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def save_bfloat16(tensors: dict[str, np.ndarray], path: Path) -> None:
+    """A safetensors file of BF16 tensors (numpy has no bfloat16, so safetensors.numpy cannot):
+    u64 header length, the JSON header (space-padded to 8 bytes), the tensors' bytes in order."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        blob = bfloat16_bits(tensors[name]).tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for blob in blobs:
+            f.write(blob)
 
 
 def write_tokenizer(folder: Path, vocab_size: int) -> None:
@@ -218,8 +265,11 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
 
 
 def recipe(name: str) -> dict[str, Any]:
-    config, _ = MODELS[name]
-    return {"version": RECIPE_VERSION, "seed": SEED, "std": STD, "config": config}
+    r = MODELS[name]
+    out = {"version": RECIPE_VERSION, "seed": SEED, "std": r.std, "config": r.config}
+    if r.dtype != "float32":  # float32 models keep the stamp they always had
+        out["dtype"] = r.dtype
+    return out
 
 
 def model_dir(name: str) -> Path:
@@ -233,15 +283,19 @@ def make(name: str) -> Path:
     stamp = folder / "recipe.json"
     if stamp.is_file() and json.loads(stamp.read_text()) == want:
         return folder
-    from safetensors.numpy import save_file
-
-    config, shapes_of = MODELS[name]
+    r = MODELS[name]
+    config = r.config
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=CACHE))
     tmp.chmod(0o755)
     (tmp / "config.json").write_text(json.dumps(config, indent=1))
-    save_file(weights(config, shapes_of(config), SEED), str(tmp / "model.safetensors"),
-              metadata={"format": "pt"})
+    tensors = weights(config, r.shapes_of(config), SEED, r.std)
+    if r.dtype == "bfloat16":
+        save_bfloat16(tensors, tmp / "model.safetensors")
+    else:
+        from safetensors.numpy import save_file
+
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     write_tokenizer(tmp, config["vocab_size"])
     (tmp / "recipe.json").write_text(json.dumps(want, indent=1))
     if folder.exists():

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from replay.jobs.detection import profile_for  # noqa: E402
 from replay.engine.faults import FAULTS  # noqa: E402
 from replay.golden.store import read_golden, verify_golden  # noqa: E402
-from replay.jobs.minimize import parse_budget  # noqa: E402
-from replay.jobs.minimize_session import MinimizeSettings, minimize_golden  # noqa: E402
+from replay.jobs.minimize.search import parse_budget  # noqa: E402
+from replay.jobs.minimize.session import MinimizeSettings, minimize_golden  # noqa: E402
 from replay.server.target import ServerTarget  # noqa: E402
 
 HEADER = ("| fault | profile | failure kept | requests before -> after (conversations) | "

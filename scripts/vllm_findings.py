@@ -29,7 +29,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from replay.server.launch import launched, load_profile  # noqa: E402
+from replay.server.launch import launched  # noqa: E402
+from replay.server.profile import load_profile  # noqa: E402
 
 PAIRS = ((256, 512), (512, 1024), (1024, 1100), (1024, 2048), (2048, 4000))
 OUT = REPO / "docs" / "findings" / "vllm"

@@ -161,6 +161,13 @@ PRESETS: dict[str, ScenarioSpec] = {
         name="cpu-branching", groups=2, branches=2, prefix_len=512, suffix_len=64,
         turns=1, turn_suffix_len=32, max_new_tokens=160,
     ),
+    # Prompts that hold a 4096-token vocabulary's last id (4095) where prompt logprobs are asked:
+    # ids drawn from its top 32, every group scored. SGLang 0.5.17-0.5.23 report that id as 0 in
+    # input_token_logprobs (docs/findings/sglang-ids.md); the replay names it as the server's.
+    "vocab-edge": ScenarioSpec(
+        name="vocab-edge", groups=2, branches=2, prefix_len=64, suffix_len=32, turns=1,
+        turn_suffix_len=16, max_new_tokens=16, token_lo=4064, token_hi=4096, prompt_logprobs=2,
+    ),
     "single": ScenarioSpec(
         name="single", groups=1, branches=1, prefix_len=0, suffix_len=128,
         turns=0, turn_suffix_len=0, max_new_tokens=32,

@@ -1,7 +1,7 @@
 """What `golden history` does, one function per subcommand, each over a history location (a
 file path or a database URL): add reports, list runs, show one golden, write the page. The
-report writer feeds every report the tool writes through `add_documents`
-(replay/report/files.py, when GOLDEN_HISTORY is set).
+publishing step feeds the reports the tool writes through `add_documents`
+(replay/jobs/publish.py).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from replay.history.database import engine_url
+from replay.history.database import locate
 from replay.history.ingest import RunRecord, read_report, records
-from replay.history.queries import golden_history, goldens, run_summary
+from replay.history.queries import golden_history, golden_keys, goldens, run_summary
 from replay.history.store import Added, GoldenSelector, HistoryStore
 from replay.utils.errors import UsageError
 
@@ -36,9 +36,9 @@ def add_files(where: str, paths: list[Path]) -> Added:
 def existing(where: str) -> str:
     """A history to read must exist: a SQLite file that is not there is a typo, not an empty
     history (reading never creates one)."""
-    url = engine_url(where)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        raise UsageError(f"there is no history at {url[len('sqlite:///'):]} (runs are added by "
+    path = locate(where).sqlite_path
+    if path is not None and not path.is_file():
+        raise UsageError(f"there is no history at {path} (runs are added by "
                          "`golden --history PATH replay ...` or `golden history add`)")
     return where
 
@@ -56,7 +56,8 @@ def selector(golden: str) -> GoldenSelector:
 
 def list_runs(where: str, *, limit: int = 50, golden: str | None = None) -> list[dict[str, Any]]:
     with HistoryStore.open(existing(where)) as store:
-        found = store.list_runs(limit=limit, golden=selector(golden) if golden else None)
+        keys = golden_keys(store, selector(golden)) if golden else None
+        found = store.list_runs(limit=limit, keys=keys)
     return [run_summary(r) for r in found]
 
 

@@ -3,8 +3,12 @@
 Everything is checked before anything is written, so a corrupt or hostile report leaves the
 history as it was: the shape and type of every field used, sizes (a column never overflows,
 text never holds NUL or a lone surrogate, PostgreSQL refuses both), integer ranges, and that
-the verdict agrees with the requests (a `pass` with a failed request is not a pass).
-A matrix document gives one run per profile.
+the verdict agrees with the requests (a `pass` with a failed request is not a pass), and that
+its time is one a replay could have had (from 2000 to a day from now: one hostile date must not
+stretch every page). A matrix document gives one run per profile.
+A run is its `run_id` (made when the run was made); a report without one (written before run
+ids) is identified by its digest. The server is keyed by its identifying settings only
+(identity.py), with its launch profile beside them.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from replay.history.identity import launch_profile, server_flags
 from replay.utils.errors import UsageError
 
 SCHEMA_PREFIX = "golden-replay/report/"
@@ -29,6 +34,9 @@ MAX_MESSAGE_CHARS = 4000  # error and cache_problem text is cut here, not refuse
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
+MAX_CLIENT_CHARS = 2000
+EARLIEST = datetime(2000, 1, 1)  # a run's time is refused before this, or over a day from now
 UNKNOWN_VERSION = "unknown"
 
 
@@ -58,6 +66,7 @@ class OutcomeRecord:
 @dataclass(frozen=True)
 class RunRecord:
     report_sha256: str
+    run_id: str
     golden_key: str
     golden_name: str
     verdict: str
@@ -70,6 +79,8 @@ class RunRecord:
     tool: str | None
     flags_sha256: str
     flags: str
+    profile: str | None
+    client: str | None
     numerics_sha256: str
     numerics: str
     policy: str | None
@@ -185,11 +196,37 @@ def _time(value: Any) -> datetime | None:
     text = _text(value, "server_meta.created", 64)
     try:
         when = datetime.fromisoformat(str(text))
+        if when.tzinfo is not None:
+            when = when.astimezone(timezone.utc).replace(tzinfo=None)
     except ValueError:
         raise _Bad(f"server_meta.created {text!r} is not an ISO time") from None
-    if when.tzinfo is not None:
-        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    except OverflowError:
+        raise _Bad(f"server_meta.created {text!r} is out of range") from None
+    latest = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(days=1)
+    if not EARLIEST <= when <= latest:
+        raise _Bad(f"server_meta.created {text!r} is not a time a replay ran (accepted: "
+                   f"{EARLIEST.year} to a day from now)")
     return when
+
+
+def _run_id(doc: dict[str, Any], digest: str) -> str:
+    value = doc.get("run_id")
+    if value is None:
+        return "report:" + digest
+    if not isinstance(value, str) or not RUN_ID.match(value):
+        raise _Bad(f"run_id {value!r:.90} is not a run id (letters, digits, _.:-, at most 80)")
+    return value
+
+
+def _client(doc: dict[str, Any]) -> str | None:
+    """The client settings the report names (`client`), canonical JSON."""
+    client = _meta(doc, "client")
+    if not client:
+        return None
+    text = canonical(client)
+    if len(text) > MAX_CLIENT_CHARS:
+        raise _Bad(f"client is {len(text)} characters (at most {MAX_CLIENT_CHARS})")
+    return _text(text, "client", MAX_CLIENT_CHARS)
 
 
 def _meta(doc: dict[str, Any], key: str) -> dict[str, Any]:
@@ -249,9 +286,9 @@ def _record(doc: dict[str, Any]) -> RunRecord:
     fields = _meta(numerics, "fields")
     replay_numerics = {str(k): (v.get("replay") if isinstance(v, dict) else None)
                        for k, v in fields.items()}
-    flags = canonical(server_info)
+    flags = canonical(server_flags(server_info))
     if len(flags) > MAX_FLAGS_CHARS:
-        raise _Bad(f"server_meta.server_info is {len(flags)} characters (at most {MAX_FLAGS_CHARS})")
+        raise _Bad(f"the server's settings are {len(flags)} characters (at most {MAX_FLAGS_CHARS})")
     numerics_text = canonical(replay_numerics)
     raw_requests = doc.get("requests") or []
     if not isinstance(raw_requests, list):
@@ -264,8 +301,10 @@ def _record(doc: dict[str, Any]) -> RunRecord:
         raise _Bad(f"the verdict is pass but request {failed[0].request_id} did not pass")
     summary = _meta(doc, "summary")
     model = model_info.get("model_path") or server_info.get("model_path")
+    profile = doc.get("profile") or launch_profile(doc.get("server_target"))
     return RunRecord(
         report_sha256=digest,
+        run_id=_run_id(doc, digest),
         golden_key=golden_key(doc, golden_meta),
         golden_name=_text(doc.get("golden"), "golden", 1000, optional=False) or "",
         verdict=str(verdict),
@@ -277,6 +316,8 @@ def _record(doc: dict[str, Any]) -> RunRecord:
         model=_text(model if isinstance(model, str) else None, "model_path", 1000),
         tool=_text(server_meta.get("tool"), "server_meta.tool", 200),
         flags_sha256=sha256(flags), flags=flags,
+        profile=_text(profile, "profile", 200),
+        client=_client(doc),
         numerics_sha256=sha256(numerics_text), numerics=numerics_text,
         policy=_text(doc.get("policy"), "policy", 200),
         expect_cache=_text(doc.get("expect_cache"), "expect_cache", 200),

@@ -2,7 +2,7 @@
 
 - `timeline`: every run, oldest first: when, verdict, server version, flags, failures;
 - `versions`: per server version (in version order) its runs, verdict counts, fail rate (failing
-  runs / judged runs) and flake rate (requests that both passed and failed on it / requests);
+  runs / judged runs) and flake rate (requests flaky on it / requests: flaky as below);
 - `bisect`: the first server version with a failing run and the last all-passing one before it
   (versions ordered by their numbers: "0.5.9" < "0.5.23"), and whether every later version
   fails too (`consistent`) or the failure comes and goes;
@@ -11,6 +11,9 @@
   most unstable first;
 - `coverage`: the cache-hit lengths and the tiers the runs exercised, overall and per version.
 Error runs appear in the timeline and the counts but judge no request (they compared nothing).
+A golden is its content: a golden directory or a digest selects the runs of that content only;
+a name selects by name, and one that several goldens of other content had is refused, naming
+them (`golden_keys`).
 The counts come from the running tallies (schema.py) and the flips from one window over the
 outcomes in index order, so `show` stays interactive over 10,000 runs (docs/benchmarks.md).
 """
@@ -45,20 +48,48 @@ def iso(when: datetime) -> str:
 def run_summary(run: dict[str, Any]) -> dict[str, Any]:
     """One run as `golden history` lists it."""
     return {
-        "run": run["id"], "at": iso(run["run_at"]), "golden": run["golden_name"],
-        "golden_key": run["golden_key"], "verdict": run["verdict"],
+        "run": run["id"], "run_id": run["run_id"], "at": iso(run["run_at"]),
+        "golden": run["golden_name"], "golden_key": run["golden_key"], "verdict": run["verdict"],
         "server": run["server"], "server_version": run["server_version"],
-        "flags": run["flags_sha256"][:12], "numerics": run["numerics_sha256"][:12],
+        "profile": run["profile"], "flags": run["flags_sha256"][:12],
+        "numerics": run["numerics_sha256"][:12],
+        "client": json.loads(run["client"]) if run["client"] else None,
         "shard": run["shard"], "merged": bool(run["merged"]),
         "requests": run["requests"], "requests_failed": run["requests_failed"],
         "error": run["error"],
     }
 
 
+class AmbiguousGolden(UsageError):
+    """A name or digest prefix that several goldens (of other content) answer to."""
+
+
+def golden_keys(store: HistoryStore, selector: GoldenSelector) -> list[str]:
+    """The golden keys (content digests) the selector means: a directory's own digest; a digest
+    prefix's one golden; a name's one golden. Several goldens behind a name or prefix are
+    refused, naming them (runs of other content are never mixed in); none is an empty list."""
+    condition = selector.by_digest()
+    found = store.golden_names(condition) if condition is not None else {}
+    if selector.digest:
+        return list(found)
+    what = "digest prefix"
+    if not found:
+        found, what = store.golden_names(selector.by_name()), "name"
+    if len(found) > 1:
+        listed = "; ".join(f"{k.split(':')[-1][:12]} ({', '.join(names[:3])})"
+                           for k, names in list(found.items())[:5])
+        raise AmbiguousGolden(f"the {what} {selector.text!r} matches {len(found)} goldens of "
+                              f"other content in {store.where}: {listed}; give the golden "
+                              "directory or more digits of its digest")
+    return list(found)
+
+
 def golden_history(store: HistoryStore, selector: GoldenSelector) -> dict[str, Any]:
-    keys = store.golden_keys(selector)
+    keys = golden_keys(store, selector)
     if not keys:
-        raise UsageError(f"the history {store.where} has no run of {selector.text!r}")
+        what = (f"golden {selector.text} (content {selector.digest[:12]})" if selector.digest
+                else repr(selector.text))
+        raise UsageError(f"the history {store.where} has no run of {what}")
     runs = store.golden_runs(keys)
     counts = setup_counts(store, keys)
     versions = _versions(runs, flaky_by_version(counts))
@@ -90,14 +121,21 @@ def setup_counts(store: HistoryStore, keys: list[str]) -> list[dict[str, Any]]:
 
 
 def flaky_by_version(counts: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """Per server version: (requests that both passed and failed there, requests observed)."""
-    seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    """Per server version: (requests flaky there, requests observed). Flaky as in
+    `request_stability`: passed and failed on one setup (this version and one flags key), so
+    the version line and the requests never disagree."""
+    setups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    observed: dict[str, set[str]] = defaultdict(set)
     for c in counts:
-        tally = seen[c["server_version"]][c["request_id"]]
+        tally = setups[(c["server_version"], c["flags_sha256"], c["request_id"])]
         tally[0] += int(c["n"])
         tally[1] += int(c["passes"])
-    return {v: (sum(1 for n, p in reqs.values() if 0 < p < n), len(reqs))
-            for v, reqs in seen.items()}
+        observed[c["server_version"]].add(c["request_id"])
+    flaky: dict[str, set[str]] = defaultdict(set)
+    for (version, _, rid), (n, p) in setups.items():
+        if 0 < p < n:
+            flaky[version].add(rid)
+    return {v: (len(flaky[v]), len(reqs)) for v, reqs in observed.items()}
 
 
 def _versions(runs: list[dict[str, Any]],
@@ -242,4 +280,4 @@ def goldens(store: HistoryStore) -> list[GoldenSelector]:
     seen: dict[str, str] = {}
     for run in store.list_runs():
         seen.setdefault(run["golden_key"], run["golden_name"])
-    return [GoldenSelector(text=name, digest=key, exact=True) for key, name in seen.items()]
+    return [GoldenSelector(text=name, digest=key) for key, name in seen.items()]

@@ -1,9 +1,10 @@
 """The history's one schema, as SQLAlchemy Core tables (docs/history.md).
 
-`runs`: one row per report (a replay of one golden against one server), keyed for queries by
-the golden's content digest, the server's identity and version, its launch flags, its numerics
-and the time. `outcomes`: one row per request and repeat of a run. A report added twice is one
-run: `report_sha256` (of the document's canonical JSON) is unique.
+`runs`: one row per run (a replay of one golden against one server), keyed for queries by
+the golden's content digest, the server's identity and version, its flags key (identity.py),
+its numerics and the time. `outcomes`: one row per request and repeat of a run. A run is its
+`run_id` (made when the run was made, in the report); `report_sha256` (of the document's
+canonical JSON) only refuses the same report twice.
 
 The tables are created and changed only by the Alembic migrations in migrations/versions/; a
 test checks that the migrated database and these tables agree.
@@ -28,6 +29,7 @@ runs = Table(
     "runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("report_sha256", String(64), nullable=False, unique=True),
+    Column("run_id", String(80), nullable=False),  # the report's `run_id` ("report:" + sha256 if none)
     Column("golden_key", String(80), nullable=False),  # content digest, else a fallback
     Column("golden_name", String(1000), nullable=False),  # the report's `golden` label
     Column("verdict", String(8), nullable=False),  # pass | fail | error
@@ -39,8 +41,10 @@ runs = Table(
     Column("api", String(40)),
     Column("model", String(1000)),
     Column("tool", String(200)),
-    Column("flags_sha256", String(64), nullable=False),  # of the canonical server_info JSON
-    Column("flags", Text, nullable=False),  # the replay server's server_info, canonical JSON
+    Column("flags_sha256", String(64), nullable=False),  # the flags key: sha256 of `flags`
+    Column("flags", Text, nullable=False),  # the identifying settings (identity.py), canonical JSON
+    Column("profile", String(200)),  # the launch profile, None for a server given by URL
+    Column("client", Text),  # the client settings (concurrency, schedule), canonical JSON
     Column("numerics_sha256", String(64), nullable=False),
     Column("numerics", Text, nullable=False),  # the replay side of report.numerics, JSON
     Column("policy", String(200)),
@@ -54,6 +58,7 @@ runs = Table(
     Index("ix_runs_golden_time", "golden_key", "run_at"),
     Index("ix_runs_time", "run_at"),
     Index("ix_runs_version", "server_version"),
+    Index("ix_runs_run_id", "run_id", unique=True),
 )
 
 outcomes = Table(

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from replay.history.database import HistoryError, first_line, open_engine, safe_url, writer
-from replay.history.ingest import RunRecord
+from replay.history.database import locate, open_engine, writer
+from replay.history.ingest import NotAReport, RunRecord
 from replay.history.schema import NONE, hit_tallies, outcomes, request_tallies, runs
 
 HEX = re.compile(r"^[0-9a-fA-F]+$")
-RUN_COLUMNS = ("id", "golden_key", "golden_name", "verdict", "error", "run_at", "server",
-               "server_version", "api", "model", "flags_sha256", "numerics_sha256", "policy",
-               "shard", "merged", "requests", "requests_failed", "repeats", "tokens_compared")
+RUN_COLUMNS = ("id", "run_id", "golden_key", "golden_name", "verdict", "error", "run_at",
+               "server", "server_version", "api", "model", "flags_sha256", "flags", "profile",
+               "client", "numerics_sha256", "policy", "shard", "merged", "requests",
+               "requests_failed", "repeats", "tokens_compared")
 
 
 @dataclass(frozen=True)
@@ -34,31 +35,38 @@ class Added:
 
 @dataclass(frozen=True)
 class GoldenSelector:
-    """Which golden `show` and `page` mean: a content-digest prefix, or the name reports give
-    it (its path, or only the last part of the path), or a golden directory's own digest."""
+    """Which golden `show`, `page` and `--golden` mean. A golden directory gives its content
+    digest (`digest`): exactly the runs of that content. Otherwise `text` is a digest prefix
+    (8+ hex digits) when runs are keyed by such a digest, else the name reports give the golden
+    (its path, or the last part of it); a name may match several goldens (commands.py says so)."""
 
     text: str
-    digest: str | None = None  # from a golden directory that was given
-    exact: bool = False  # only the runs keyed by `digest` (the page's one section per golden)
+    digest: str | None = None  # a golden directory's content digest: its runs, and no others
 
-    def where(self) -> Any:
-        """The SQL condition on `runs` that picks this golden's runs."""
+    def by_digest(self) -> Any:
+        """The SQL condition for the runs keyed by this digest or digest prefix (None: the
+        text is not a digest)."""
+        from sqlalchemy import or_
+
+        keys = runs.c.golden_key
+        if self.digest:
+            return keys == self.digest
+        t = self.text.strip().lower()
+        if len(t) >= 8 and HEX.match(t):
+            return or_(*(keys.startswith(p + t, autoescape=True) for p in ("", "meta:", "name:")))
+        return None
+
+    def by_name(self) -> Any:
+        """The SQL condition for the runs whose golden has this name: the path as given (also
+        when reports name it from another directory), or, given a bare name, any path ending
+        in it."""
         from sqlalchemy import false, or_
 
         t = self.text.strip().rstrip("/")
-        base = t.rsplit("/", 1)[-1]
-        keys, conds = runs.c.golden_key, []
-        if self.digest:
-            conds.append(keys == self.digest)
-        if not self.exact:
-            if len(t) >= 8 and HEX.match(t):
-                conds += [keys.startswith(p + t.lower(), autoescape=True)
-                          for p in ("", "meta:", "name:")]
-            if base:
-                names = runs.c.golden_name
-                conds += [names == t, names == base,
-                          names.endswith("/" + base, autoescape=True)]
-        return or_(*conds) if conds else false()
+        if not t:
+            return false()
+        names = runs.c.golden_name
+        return or_(names == t, names == t + "/", names.endswith("/" + t, autoescape=True))
 
 
 def now_utc() -> datetime:
@@ -68,7 +76,8 @@ def now_utc() -> datetime:
 class HistoryStore:
     def __init__(self, engine: Any, where: str) -> None:
         self.engine = engine
-        self.where = safe_url(where)
+        self.place = locate(where)
+        self.where = self.place.shown  # never a secret: messages and the page show it
 
     @classmethod
     def open(cls, where: str) -> "HistoryStore":
@@ -98,7 +107,7 @@ class HistoryStore:
                 new = [record for record in batch if self._insert(conn, record)]
                 upsert_tallies(conn, new)
         except SQLAlchemyError as exc:
-            raise HistoryError(f"history {self.where}: nothing added: {first_line(exc)}") from None
+            raise self.place.failure(exc, "nothing added") from None
         return Added(added=len(new), duplicates=len(batch) - len(new))
 
     def _insert(self, conn: Any, record: RunRecord) -> bool:
@@ -106,14 +115,27 @@ class HistoryStore:
         row["added_at"] = now_utc()
         row["run_at"] = record.run_at or row["added_at"]
         insert = _dialect_insert(conn)(runs).values(**row)
-        insert = insert.on_conflict_do_nothing(index_elements=["report_sha256"])
+        insert = insert.on_conflict_do_nothing()  # the same report, or the same run, is here
         run_id = conn.execute(insert.returning(runs.c.id)).scalar()
         if run_id is None:
-            return False  # the same report is here already
+            self._check_same_report(conn, record)
+            return False
         if record.outcomes:
             same = {"run_id": run_id, "golden_key": record.golden_key, "run_at": row["run_at"]}
             conn.execute(outcomes.insert(), [{**same, **vars(o)} for o in record.outcomes])
         return True
+
+    @staticmethod
+    def _check_same_report(conn: Any, record: RunRecord) -> None:
+        """A run already held must be this very report: a run id the history holds with
+        other content (an edited copy of a report) is refused, the whole batch with it."""
+        from sqlalchemy import select
+
+        held = conn.execute(select(runs.c.report_sha256).where(runs.c.run_id == record.run_id)
+                            ).scalar()
+        if held is not None and held != record.report_sha256:
+            raise NotAReport(f"run {record.run_id} is in the history already, with other "
+                             "content (an edited copy of its report?): nothing added")
 
     def prune(self, before: datetime) -> int:
         """Delete the runs from before `before` (UTC) with their outcomes, and recount the
@@ -131,31 +153,34 @@ class HistoryStore:
                 deleted = conn.execute(delete(runs).where(old)).rowcount
                 recount_tallies(conn, keys)
         except SQLAlchemyError as exc:
-            raise HistoryError(f"history {self.where}: nothing deleted: {first_line(exc)}") from None
+            raise self.place.failure(exc, "nothing deleted") from None
         return int(deleted)
 
     # -- reading ------------------------------------------------------------------------------
 
     def list_runs(self, *, limit: int | None = None,
-                  golden: GoldenSelector | None = None) -> list[dict[str, Any]]:
-        """Runs, newest first (as dicts of RUN_COLUMNS)."""
+                  keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first (as dicts of RUN_COLUMNS), of these golden keys (None: all)."""
         from sqlalchemy import select
 
         query = select(*(runs.c[name] for name in RUN_COLUMNS)).order_by(
             runs.c.run_at.desc(), runs.c.id.desc())
-        if golden is not None:
-            query = query.where(golden.where())
+        if keys is not None:
+            query = query.where(runs.c.golden_key.in_(list(keys)))
         if limit is not None:
             query = query.limit(limit)
         return self.rows(query)
 
-    def golden_keys(self, golden: GoldenSelector) -> list[str]:
-        """The golden keys (content digests) of the runs the selector picks: a golden is its
-        content, a name finds the digests the runs of that name had."""
+    def golden_names(self, condition: Any) -> dict[str, list[str]]:
+        """The golden keys (content digests) of the runs a condition picks, each with the
+        names its runs gave it."""
         from sqlalchemy import select
 
-        return sorted(r["golden_key"] for r in self.rows(
-            select(runs.c.golden_key).where(golden.where()).distinct()))
+        found: dict[str, list[str]] = {}
+        for r in self.rows(select(runs.c.golden_key, runs.c.golden_name).where(condition)
+                           .distinct().order_by(runs.c.golden_key, runs.c.golden_name)):
+            found.setdefault(r["golden_key"], []).append(r["golden_name"])
+        return found
 
     def golden_runs(self, keys: Sequence[str]) -> list[dict[str, Any]]:
         """The runs of these golden keys, oldest first."""
@@ -180,7 +205,7 @@ class HistoryStore:
             with self.engine.connect() as conn:
                 return [dict(r) for r in conn.execute(query).mappings()]
         except SQLAlchemyError as exc:
-            raise HistoryError(f"history {self.where}: {first_line(exc)}") from None
+            raise self.place.failure(exc) from None
 
     def counts(self) -> tuple[int, int]:
         """(runs, outcomes) held."""

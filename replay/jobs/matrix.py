@@ -18,13 +18,12 @@ from xml.etree import ElementTree as ET
 
 from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, UsageError
-from replay.server.launch import LaunchProfile
+from replay.server.profile import LaunchProfile
 from replay.server.target import ServerTarget
-from replay.report.merge import worst_verdict
 from replay.run.replayer import ReplayOptions
-from replay.report.document import SCHEMA, report_dict
+from replay.report.document import matrix_report, report_dict
 from replay.report.views import junit_xml
-from replay.jobs.repro_script import rerun_command
+from replay.jobs.minimize.repro_script import rerun_command
 from replay.jobs.session import ProgressBar, load_golden, replay_golden, run_setup
 
 Notify = Callable[[str], None]
@@ -46,8 +45,8 @@ def resolve_profiles(targets: Sequence[ServerTarget]) -> list[LaunchProfile]:
 
 def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: ReplayOptions,
                copts: ClientOptions, *, shard: str | None = None, api: str = "auto",
-               progress: ProgressBar | None = None, notify: Notify | None = None
-               ) -> dict[str, Any]:
+               progress: ProgressBar | None = None, notify: Notify | None = None,
+               debug: bool = False) -> dict[str, Any]:
     """The matrix report document (schema: docs/ci.md): one launch target per profile. Raises
     only UsageError (bad profiles or arguments); an unreadable golden or a server failure is an
     `error` inside the document."""
@@ -62,7 +61,8 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
         for target, p in zip(targets, profiles):
             reports[p.name] = report_dict(None, golden=golden_name, server=f"launch:{p.name}",
                                           policy=str(options.policy), error=str(exc),
-                                          setup=run_setup(target, options, shard))
+                                          setup=run_setup(target, options, shard,
+                                                          client=copts))
             reports[p.name]["profile"] = p.name
             reports[p.name]["rerun"] = rerun_command(golden_name, target, options, copts,
                                                      api=api, shard=shard)
@@ -72,7 +72,7 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
         if notify:
             notify(f"{p.name}: launching (log: {log_path})")
         doc = replay_golden(golden, target, options, copts, api=api, progress=progress,
-                            name=golden_name)
+                            name=golden_name, debug=debug)
         doc["profile"] = p.name
         doc["server_log"] = str(log_path)
         doc["rerun"] = rerun_command(golden_name, target, options, copts, api=api, shard=shard)
@@ -84,17 +84,8 @@ def run_matrix(golden_path: Path, targets: Sequence[ServerTarget], options: Repl
 
 def matrix_document(golden_name: str, options: ReplayOptions, profiles: Sequence[LaunchProfile],
                     reports: dict[str, dict[str, Any]], shard: str | None) -> dict[str, Any]:
-    names = [p.name for p in profiles]
-    verdicts = {n: reports[n]["verdict"] for n in names}
-    return {
-        "schema": SCHEMA,
-        "verdict": worst_verdict(list(verdicts.values())),
-        "error": None,
-        "golden": golden_name,
-        "policy": str(options.policy),
-        "shard": shard,
-        "matrix": {"profiles": names, "verdicts": verdicts, "reports": reports},
-    }
+    return matrix_report({p.name: reports[p.name] for p in profiles}, golden=golden_name,
+                         policy=str(options.policy), shard=shard)
 
 
 def matrix_junit(doc: dict[str, Any]) -> str:

@@ -6,9 +6,10 @@
 Options: `--golden-server URL` (a running server) or `--golden-launch PROFILE` (the plugin
 starts one server for the whole session and stops it at the end), `--golden-model M` for profiles
 that need a model, `--golden-attention-backend NAME` for launched SGLang profiles (default: per
-visible GPU, docs/profiles.md), `--golden-api NAME` (auto, sglang, openai, llamacpp),
+visible GPU, docs/profiles.md), `--golden-api NAME` (as `golden replay --api`),
 `--golden-log-dir D` for launched servers' logs, `--golden-report-dir D` to
-keep every replay's JSON report (CI artifacts), `--golden-api-key KEY` (or the environment's
+keep every replay's JSON report (CI artifacts), `--golden-history URL` to add every replay to a
+results history (docs/history.md), `--golden-api-key KEY` (or the environment's
 GOLDEN_API_KEY) for a server started with an API key. Without a server option the tests that use
 `golden_replay` are skipped, so a suite stays runnable on machines without an accelerator; an
 option given empty (`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip,
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from replay.server.apis import api_help  # the adapter table: names only, no adapter
 
 # The plugin is loaded into every pytest run of an environment that has golden-replay installed,
 # so the tool itself (numpy, zarr, aiohttp, rich) is imported only when a test asks for it.
@@ -50,17 +53,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--golden-attention-backend", metavar="NAME", default=None,
                     help="Attention backend for launched SGLang profiles (default: per visible GPU).")
     group.addoption("--golden-api", metavar="NAME", default="auto",
-                    help="The server's API: auto (ask it), sglang, openai or llamacpp.")
+                    help=f"The server's API: {api_help()}")
     group.addoption("--golden-log-dir", metavar="DIR", default=None,
                     help="Where launched servers write their logs (default: a pytest temp dir).")
     group.addoption("--golden-report-dir", metavar="DIR", default=None,
                     help="Write each replay's JSON report here, named after the test.")
+    group.addoption("--golden-history", metavar="URL", default=None,
+                    help="Add each replay to this results history (a file or a postgresql:// URL).")
     group.addoption("--golden-api-key", metavar="KEY", default=None,
                     help=f"Bearer token for the server (or {API_KEY_ENV}); never written anywhere.")
 
 
 API_KEY_ENV = "GOLDEN_API_KEY"
-NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key")
+NOT_EMPTY = ("golden_server", "golden_launch", "golden_api_key", "golden_history")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,10 +94,13 @@ def golden_server(request: pytest.FixtureRequest,
     if not server and not launch:
         pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
     from replay.utils.errors import GoldenError
-    from replay.server.target import ServerTarget
+    from replay.server.target import DEFAULT_LOG_DIR, ServerTarget
 
     log_dir_opt = config.getoption("golden_log_dir")
-    log_dir = Path(log_dir_opt) if log_dir_opt else tmp_path_factory.mktemp("golden-logs")
+    if log_dir_opt:
+        log_dir = Path(log_dir_opt)  # with --golden-server: refused, never ignored
+    else:
+        log_dir = tmp_path_factory.mktemp("golden-logs") if launch else DEFAULT_LOG_DIR
     try:
         target = ServerTarget(url=server or None, profile=launch or None,
                               model=config.getoption("golden_model"), log_dir=log_dir,
@@ -120,9 +128,10 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     field of ReplayOptions (policy, schedule, repeat, expect_cache, require_tier,
     allow_model_mismatch, allow_numerics_mismatch, ...), shard, concurrency, timeout, api."""
     from replay.report.views import first_failure_lines, verdict_line
-    from replay.report.files import write_reports
+    from replay.jobs.publish import ReportFiles, publish
 
     report_dir = request.config.getoption("golden_report_dir")
+    history = request.config.getoption("golden_history")
     api = request.config.getoption("golden_api")
     key = api_key(request.config)
     test_dir = request.path.parent
@@ -130,9 +139,10 @@ def golden_replay(golden_server: str, request: pytest.FixtureRequest) -> GoldenR
     def run(path: str | Path, **options: Any) -> dict[str, Any]:
         golden_path = resolve_golden_path(Path(path), test_dir)
         doc = replay_golden(golden_server, golden_path, **{"api": api, "api_key": key, **options})
-        if report_dir:
-            Path(report_dir).mkdir(parents=True, exist_ok=True)
-            write_reports(doc, report=Path(report_dir) / f"{_file_name(request.node.nodeid)}.json")
+        path = Path(report_dir) / f"{_file_name(request.node.nodeid)}.json" if report_dir else None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        publish(doc, ReportFiles(report=path), history=history)
         if doc["verdict"] == "fail":
             pytest.fail("\n".join([verdict_line(doc), *first_failure_lines(doc)]), pytrace=False)
         if doc["verdict"] == "error":

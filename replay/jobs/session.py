@@ -15,7 +15,6 @@ the library prints nothing itself.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +43,7 @@ from replay.golden.shard import parse_shard, shard_golden
 Tick = Callable[[str, bool], None]  # (request id, whether it failed) for each finished request
 ProgressBar = Callable[[str, int], ContextManager[Tick]]  # (label, total) -> context of a tick
 Notify = Callable[[str], None]
-DEBUG_ENV = "GOLDEN_DEBUG"  # set: an unexpected exception propagates with its traceback
+DEBUG_ENV = "GOLDEN_DEBUG"  # the CLI's --debug: an unexpected exception keeps its traceback
 
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
@@ -64,11 +63,13 @@ def shard_of(golden: Golden) -> str | None:
 
 
 def run_setup(target: "ServerTarget", options: ReplayOptions, shard: str | None,
-              checksum: str | None = None) -> RunSetup:
-    """What a replay report records of what was asked (docs/report.md)."""
+              checksum: str | None = None, client: ClientOptions | None = None) -> RunSetup:
+    """What a replay report records of what was asked (docs/report.md); a new run id."""
     return RunSetup(golden_sha256=checksum, shard=str(parse_shard(shard)) if shard else None,
                     repeat=options.repeat, expect_cache=options.expect_cache,
-                    require_tier=options.require_tier, target=target.setup_label)
+                    require_tier=options.require_tier, target=target.setup_label,
+                    concurrency=client.concurrency if client else None,
+                    schedule=str(options.schedule))
 
 
 @contextlib.contextmanager
@@ -89,22 +90,33 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
                   options: ReplayOptions = ReplayOptions(),
                   client: ClientOptions = ClientOptions(), *, api: str = "auto",
                   shard: str | None = None, progress: ProgressBar | None = None,
-                  name: str | None = None) -> dict[str, Any]:
-    """Replay a golden (a path or one in memory) against the target; the report document."""
+                  name: str | None = None, control: ServerTarget | None = None,
+                  debug: bool = False) -> dict[str, Any]:
+    """Replay a golden (a path or one in memory) against the target; the report document.
+    With a `control` target, the same replay against it too, after the target's, and each
+    failure attributed (replay/report/control.py); a control that cannot be replayed makes the
+    report an error that still holds the target's requests. `debug`: an unexpected exception
+    propagates instead of becoming an error report."""
     name = name or (str(golden) if isinstance(golden, Path) else "in-memory")
     server = target.label
-    secrets = known_secrets(client, target)
-    setup = run_setup(target, options, shard)
+    secrets = known_secrets(client, target) + (known_secrets(client, control) if control else ())
+    setup = run_setup(target, options, shard, client=client)
     try:
         loaded = load_golden(golden, shard)
         setup = replace(setup, golden_sha256=loaded.checksum, shard=shard_of(loaded))
-        with target.serving(client.api_key) as url:
-            server = redact_url(url)
-            total = len(loaded.requests) * options.repeat
-            with _progress(progress, f"replay {Path(name).name}", total) as tick:
-                result = aio.run(_replay(url, loaded, name, options, client, api, tick))
-            routed(result, loaded, url)
+        served: list[str] = []  # the URL once the server is up: error reports name it
+        try:
+            result = _replay_on(target, loaded, name, options, client, api, progress, served)
+        finally:
+            server = served[0] if served else server
         compared_nothing(result)
+        if control is not None:
+            problem = _attribute_to_control(result, control, loaded, name, options, client,
+                                            api, progress)
+            if problem:
+                return report_dict(result, golden=name, server=server,
+                                   policy=str(options.policy), setup=setup,
+                                   error=scrub(problem, secrets))
     except GoldenError as exc:
         doc = report_dict(None, golden=name, server=server, policy=str(options.policy),
                           error=scrub(str(exc), secrets), setup=setup)
@@ -112,12 +124,42 @@ def replay_golden(golden: Path | Golden, target: ServerTarget,
             doc["numerics"] = exc.numerics  # which fields differed, as documented
         return doc
     except Exception as exc:  # a bug or an input nobody foresaw: an error, never a verdict
-        if os.environ.get(DEBUG_ENV):
+        if debug:
             raise
         return report_dict(None, golden=name, server=server, policy=str(options.policy),
                            error=scrub(unexpected(exc), secrets), setup=setup)
     return report_dict(result, golden=name, server=server, policy=str(options.policy),
                        setup=setup)
+
+
+def _replay_on(target: ServerTarget, golden: Golden, name: str, options: ReplayOptions,
+               client: ClientOptions, api: str, progress: ProgressBar | None,
+               served: list[str], label: str = "replay") -> Any:
+    """One replay of `golden` against `target` (launched and stopped around it); the server's
+    redacted URL goes into `served` as soon as it is known."""
+    with target.serving(client.api_key) as url:
+        served.append(redact_url(url))
+        total = len(golden.requests) * options.repeat
+        with _progress(progress, f"{label} {Path(name).name}", total) as tick:
+            result = aio.run(_replay(url, golden, name, options, client, api, tick))
+        routed(result, golden, url)
+    return result
+
+
+def _attribute_to_control(result: Any, control: ServerTarget, golden: Golden, name: str,
+                          options: ReplayOptions, client: ClientOptions, api: str,
+                          progress: ProgressBar | None) -> str | None:
+    """Replay against the control and attribute the target's failures; the error line when the
+    control could not be replayed (then nothing is attributed)."""
+    from replay.report.control import attribute
+
+    try:
+        theirs = _replay_on(control, golden, name, options, client, api, progress, [],
+                            label="control")
+    except GoldenError as exc:
+        return f"the control replay ({control.setup_label}) failed, so no failure is attributed: {exc}"
+    attribute(result, theirs, control.setup_label)
+    return None
 
 
 def routed(result: Any, golden: Golden, url: str) -> None:
@@ -229,8 +271,12 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     """Record over an open connection (the journal, when asked for, around it)."""
     from replay.run.recorder import NonDeterministicReference
 
+    from replay.run.recorder import CACHE_OFF
+
     facts = await server_facts(conn)
-    for warning in reference_warnings(facts.server_info, conn.api):
+    warnings = reference_warnings(facts.server_info, conn.api) \
+        if options.reference == CACHE_OFF else []
+    for warning in warnings:
         if notify:
             notify(f"warning: {warning}")
     journal, already = None, {}
@@ -240,6 +286,11 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
     try:
         golden = await record(conn, plan, options, tick, facts=facts, journal=journal,
                               already=already)
+        misreported = golden.meta.get("server_misreported_prompt_ids")
+        if misreported and notify:
+            notify(f"warning: the server reported prompt token ids other than sent in "
+                   f"{misreported} request(s) (its bug: docs/findings/sglang-ids.md); the "
+                   "logprobs are the sent tokens' and were recorded")
         after = model_identity(await conn.model_info(), facts.server_info).label
         if after != facts.model:
             raise ModelChanged(f"the server's model changed during the recording ({facts.model!r} "

@@ -10,7 +10,7 @@ run, which is how CI asks "would re-recording change anything?".
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 from pathlib import Path
 from typing import Any
 
@@ -140,4 +140,5 @@ def replace_golden(result: UpdateResult, new: Golden, notify: Notify | None) -> 
 async def rerecord(conn: Connection, old: Golden, options: RecordOptions) -> Golden:
     """The same scenario (seed, shape, top-k) recorded again: the same tree, fresh outputs."""
     plan = build_plan(ScenarioSpec.from_dict(dict(old.scenario)))
-    return await record_connected(conn, plan, options)
+    kind = old.meta.get("reference", options.reference)  # a cached reference stays one
+    return await record_connected(conn, plan, replace(options, reference=kind))

@@ -107,6 +107,17 @@ class CacheExpectation:
         return None
 
 
+def reference_reuse_problem(cached: int, reference_cached: int) -> str | None:
+    """A cached reference (recorded with the cache on and nothing evicted: docs/control.md)
+    fixes how much of a follow-up turn came from the cache, so which of its positions hold KV a
+    decode wrote; a replay that reused more or less computed other positions by prefill, and on
+    kernels whose decode and prefill differ that alone changes the bits."""
+    if cached != reference_cached:
+        return (f"cached_tokens {cached} != {reference_cached}, what the cached reference "
+                "reused (the replay must reuse exactly as much)")
+    return None
+
+
 def isolation_problem(cached: int, key: str | None) -> str | None:
     """A request of a salted group sends a cache key no other request shares, so no token of it
     may come from the cache: any hit is a reuse across cache keys."""

@@ -26,6 +26,7 @@ IDENTICAL = "identical"
 LOGPROB_DRIFT = "logprob_drift"
 TOKEN_DIVERGENCE = "token_divergence"
 PROMPT_LOGPROB_DRIFT = "prompt_logprob_drift"
+POLICY_KINDS = ("exact", "kl", "ulp")
 
 
 class Outputs(Protocol):
@@ -37,16 +38,35 @@ class Outputs(Protocol):
 
 @dataclass(frozen=True)
 class Policy:
-    kind: str  # "exact" | "kl" | "ulp"
+    """How measured differences turn into pass/fail (the module docstring lists the kinds).
+    `passes` is the one rule: the output and the prompt-logprob diffs both ask it."""
+
+    kind: str  # one of POLICY_KINDS
     kl_threshold: float = 0.0
     max_ulp: int = 0
 
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise UsageError(f"invalid policy kind {self.kind!r}: use {', '.join(POLICY_KINDS)}")
+
     def __str__(self) -> str:
+        return {"kl": f"kl:{self.kl_threshold:g}", "ulp": f"ulp:{self.max_ulp}"}.get(self.kind, "exact")
+
+    def passes(self, *, identical: bool, comparable: bool, mean_kl: float, max_ulp: int,
+               same_members: bool = True) -> bool:
+        """Identical bits always pass. Otherwise, only comparable values (the same tokens, the
+        same length) can pass, and only under a tolerant policy: `kl` bounds the mean KL,
+        `ulp` bounds every value's ULP distance and lets top-k rows differ only in the values
+        of shared tokens (`same_members`)."""
+        if identical:
+            return True
+        if not comparable:
+            return False
         if self.kind == "kl":
-            return f"kl:{self.kl_threshold:g}"
+            return bool(np.isfinite(mean_kl)) and mean_kl <= self.kl_threshold
         if self.kind == "ulp":
-            return f"ulp:{self.max_ulp}"
-        return "exact"
+            return max_ulp <= self.max_ulp and same_members
+        return False  # exact
 
     @classmethod
     def parse(cls, text: str) -> "Policy":
@@ -125,14 +145,8 @@ def diff_prompt_logprobs(golden: np.ndarray, replay: np.ndarray | None,
         terms = np.expm1(r - g) - (r - g)
     mean_kl = float(terms.mean()) if n else 0.0
     max_ulp = int(ulps.max(initial=0))
-    if not same_length:
-        passed = False
-    elif policy.kind == "kl":
-        passed = bool(np.isfinite(mean_kl)) and mean_kl <= policy.kl_threshold
-    elif policy.kind == "ulp":
-        passed = max_ulp <= policy.max_ulp
-    else:
-        passed = False
+    passed = policy.passes(identical=False, comparable=same_length, mean_kl=mean_kl,
+                           max_ulp=max_ulp)
     return PromptDiff(
         compared=n, identical=False, first_position=first,
         golden_logprob=float(golden[first]) if first < len(golden) else float("nan"),
@@ -175,7 +189,9 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
         status = LOGPROB_DRIFT
     else:
         status = IDENTICAL
-    passed = _passes(policy, status, mean_kl, max_ulp, bool(top_members_ok.all()))
+    passed = policy.passes(identical=status == IDENTICAL, comparable=status != TOKEN_DIVERGENCE,
+                           mean_kl=mean_kl, max_ulp=max_ulp,
+                           same_members=bool(top_members_ok.all()))
     token_position = token_at if token_at >= 0 else None
     if status == IDENTICAL:  # nothing to show per position: keep memory flat on long runs
         abs_delta, ulps = abs_delta[:0], ulps[:0]
@@ -202,18 +218,6 @@ def _identical(golden: Outputs, replay: Outputs) -> RequestDiff | None:
     empty = np.zeros(0, np.float64)
     return RequestDiff(IDENTICAL, len(g_lp), None, None, 0, 0.0, True, empty,
                        np.zeros(0, np.int64))
-
-
-def _passes(policy: Policy, status: str, mean_kl: float, max_ulp: int,
-            top_members_ok: bool) -> bool:
-    if status == IDENTICAL:
-        return True
-    if status == TOKEN_DIVERGENCE or policy.kind == "exact":
-        return False
-    if policy.kind == "kl":
-        return bool(np.isfinite(mean_kl)) and mean_kl <= policy.kl_threshold
-    # ulp: top-k rows may differ only in the values of shared tokens, within the bound
-    return max_ulp <= policy.max_ulp and top_members_ok
 
 
 def _first_divergence(g_ids, r_ids, g_lp, r_lp, ulps, lp_equal, top_ok, token_at, same_ctx):  # type: ignore[no-untyped-def]

@@ -1,5 +1,5 @@
-"""Writing report files: JSON, JUnit and HTML, each replaced atomically; and every report
-written goes into the results history when GOLDEN_HISTORY names one (docs/history.md).
+"""Writing report files: JSON, JUnit and HTML, each replaced atomically. Files only: the
+results history is fed one step above, by replay/jobs/publish.py (docs/history.md).
 
 A report file is either the complete new document or the previous file untouched: each is
 written to a temporary file beside it, flushed to disk, then renamed over the target. A crash or
@@ -13,8 +13,6 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
-
-from replay.history import HISTORY_ENV
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
@@ -52,8 +50,7 @@ def json_text(doc: dict[str, Any]) -> str:
 def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Path | None = None,
                   html: Path | None = None, junit_text: str | None = None) -> None:
     """Each requested view of one report document (`junit_text` overrides the replay JUnit
-    view, e.g. the matrix's one suite per profile), then the document into the history named
-    by GOLDEN_HISTORY, if any (a HistoryError, exit 2, when it cannot be added)."""
+    view, e.g. the matrix's one suite per profile)."""
     if report:
         write_atomic(report, json_text(doc))
     if junit:
@@ -64,8 +61,3 @@ def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Pat
         from replay.report.html import render_html
 
         write_atomic(html, render_html(doc))
-    history = os.environ.get(HISTORY_ENV)
-    if history:  # after the files: a history that cannot be reached still leaves them
-        from replay.history.commands import add_documents
-
-        add_documents(history, [doc])

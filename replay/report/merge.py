@@ -13,6 +13,8 @@ line, anything whose union would mean nothing or would hide a shard:
   different policies, repeats, cache or tier expectations, or servers (launch profile or URL as
   given, served model, numerics).
 Matrix reports (`golden matrix --shard`) merge profile by profile into a matrix report.
+The merge only computes the union of the requests and what follows from it (the tier and hit
+problems); the document itself is written by the one report builder (document.build_report).
 """
 
 from __future__ import annotations
@@ -21,25 +23,18 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from replay.golden.fingerprint import model_identity
 from replay.golden.shard import parse_shard
 from replay.golden.tree import parse_request_id
-from replay.report.document import SCHEMA
+from replay.report.document import (VERDICT_RANK, RunFacts, RunSetup, build_report,
+                                    hit_lengths_of, matrix_report, tiers_of)
 from replay.report.results import NO_HITS_WARNING
 from replay.utils.errors import UsageError
 
-VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
-IDENTICAL, CACHE_MISS, PROMPT_LOGPROB_DRIFT = "identical", "cache_miss", "prompt_logprob_drift"
 # What shards of one replay must share, beyond the golden: (report field, what it is called).
 SAME_SETUP = (("policy", "policies"), ("repeat", "repeat counts"),
               ("expect_cache_asked", "cache expectations"), ("require_tier", "tier expectations"),
               ("server_target", "servers"))
-
-
-def worst_verdict(verdicts: Sequence[str]) -> str:
-    return max(verdicts, key=lambda v: VERDICT_RANK.get(v, 2), default="error")
 
 
 def merge_reports(docs: Sequence[dict[str, Any]],
@@ -75,13 +70,10 @@ def _merge_matrices(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dic
         reports[p] = _merge_shards([d["matrix"]["reports"][p] for d in docs],
                                    [f"{name} ({p})" for name in names])
         reports[p]["profile"] = p
-    verdicts = {p: r["verdict"] for p, r in reports.items()}
     first = reports[profiles[0][0]]
-    return {"schema": SCHEMA, "verdict": worst_verdict(list(verdicts.values())), "error": None,
-            "golden": first["golden"], "golden_sha256": first["golden_sha256"],
-            "policy": first["policy"], "shard": None,
-            "merged_from": [{"shard": d.get("shard"), "verdict": d.get("verdict")} for d in docs],
-            "matrix": {"profiles": profiles[0], "verdicts": verdicts, "reports": reports}}
+    return matrix_report(reports, golden=first["golden"], policy=first["policy"], shard=None,
+                         merged_from=[{"shard": d.get("shard"), "verdict": d.get("verdict")}
+                                      for d in docs])
 
 
 def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
@@ -100,7 +92,7 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
     requests.sort(key=_order)
     errors = [f"shard {d['shard']}: {d.get('error')}" for d in docs if d["verdict"] == "error"]
     require_tier = docs[0].get("require_tier")
-    tiers = _tiers(requests)
+    tiers = tiers_of(requests)
     tier_problem = None
     if require_tier and not errors and tiers.get(require_tier, 0) == 0:
         seen = ", ".join(f"{k}={v}" for k, v in sorted(tiers.items())) or "none"
@@ -112,43 +104,38 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
     if no_hits and any(d.get("hit_problem") for d in ok):
         hit_problem = ("no request was served from the cache in any shard, though the cache "
                        f"expectation {first_of(ok, 'expect_cache')} asks for hits")
-    verdict = "error" if errors else (
-        "pass" if all(r["passed"] is True for r in requests) and not tier_problem
-        and not hit_problem else "fail")
     first = ok[0] if ok else docs[0]
     golden_meta = dict(first.get("golden_meta") or {})
     golden_meta.pop("shard", None)
-    return {
-        "schema": SCHEMA,
-        "verdict": verdict,
-        "error": "; ".join(errors) if errors else None,
-        "golden": first.get("golden"),
-        "server": ", ".join(dict.fromkeys(str(d.get("server")) for d in docs)),
-        "policy": first.get("policy"),
-        "golden_sha256": next((d["golden_sha256"] for d in docs if d.get("golden_sha256")), None),
-        "shard": None,
-        "repeat": first.get("repeat"),
-        "expect_cache_asked": first.get("expect_cache_asked"),
-        "require_tier": require_tier,
-        "server_target": first.get("server_target"),
-        "expect_cache": first.get("expect_cache"),
-        "tier_problem": tier_problem,
-        "no_cache_hits": no_hits,
-        "hit_problem": hit_problem,
-        "storage_cleared": sum(_count(d.get("storage_cleared")) for d in ok),
-        "storage_hits_after_clear": [h for d in ok
-                                     for h in d.get("storage_hits_after_clear") or []],
-        "warnings": list(dict.fromkeys(w for d in ok for w in d.get("warnings") or []
-                                       if not str(w).startswith("--require-tier ")
-                                       and (no_hits or not str(w).startswith(NO_HITS_WARNING)))),
-        "summary": None if errors else _summary(requests, first.get("repeat"), tiers),
-        "numerics": first.get("numerics"),
-        "golden_meta": golden_meta,
-        "server_meta": first.get("server_meta"),
-        "merged_from": [{"server": d.get("server"), "verdict": d.get("verdict"),
-                         "shard": d.get("shard")} for d in docs],
-        "requests": requests,
-    }
+    facts = RunFacts(
+        expect_cache=first.get("expect_cache"),
+        require_tier=require_tier,
+        tier_problem=tier_problem,
+        no_cache_hits=no_hits,
+        hit_problem=hit_problem,
+        storage_cleared=sum(_count(d.get("storage_cleared")) for d in ok),
+        storage_hits_after_clear=[h for d in ok for h in d.get("storage_hits_after_clear") or []],
+        warnings=list(dict.fromkeys(w for d in ok for w in d.get("warnings") or []
+                                    if not str(w).startswith("--require-tier ")
+                                    and (no_hits or not str(w).startswith(NO_HITS_WARNING)))),
+        numerics=first.get("numerics"),
+        golden_meta=golden_meta,
+        server_meta=first.get("server_meta") or {},
+        merged_from=[{"server": d.get("server"), "verdict": d.get("verdict"),
+                      "shard": d.get("shard"), "run_id": d.get("run_id")} for d in docs],
+        repeats=_count(first.get("repeat")) or 1,
+        hit_lengths=hit_lengths_of(requests),
+        tiers=tiers,
+    )
+    setup = RunSetup(
+        golden_sha256=next((d["golden_sha256"] for d in docs if d.get("golden_sha256")), None),
+        shard=None, repeat=first.get("repeat"), expect_cache=first.get("expect_cache_asked"),
+        require_tier=require_tier, target=first.get("server_target"),
+        **_client(first.get("client")))
+    return build_report(requests, facts, golden=first.get("golden"),
+                        server=", ".join(dict.fromkeys(str(d.get("server")) for d in docs)),
+                        policy=first.get("policy"), error="; ".join(errors) if errors else None,
+                        setup=setup, partial=bool(errors))
 
 
 def first_of(docs: Sequence[dict[str, Any]], key: str) -> Any:
@@ -263,48 +250,12 @@ def _order(request: dict[str, Any]) -> tuple[Any, ...]:
     return (request.get("repeat", 0), turn, group, branch, str(request.get("id")))
 
 
+def _client(client: Any) -> dict[str, Any]:
+    """The shards' client settings, for the merged document's setup."""
+    if not isinstance(client, dict):
+        return {}
+    return {k: client.get(k) for k in ("concurrency", "schedule")}
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _tiers(requests: list[dict[str, Any]]) -> dict[str, int]:
-    tiers: Counter[str] = Counter()
-    for r in requests:
-        details = r.get("cached_tokens_details")
-        for tier, n in (details.items() if isinstance(details, dict) else ()):
-            if _count(n) > 0:
-                tiers[str(tier)] += n
-    return dict(sorted(tiers.items()))
-
-
-def _ulp(value: Any) -> float:
-    return float("inf") if value == "inf" else float(_count(value))
-
-
-def _summary(requests: list[dict[str, Any]], repeat: Any,
-             tiers: dict[str, int]) -> dict[str, Any]:
-    """The summary of a single report (document.report_dict), recomputed over every request."""
-    failed = sorted({r["repeat"] for r in requests if not r["passed"]})
-    kls = [float(r["mean_kl"]) for r in requests
-           if isinstance(r.get("mean_kl"), (int, float)) and np.isfinite(r["mean_kl"])]
-    hits = Counter(_count(r.get("cached_tokens")) for r in requests)
-    max_ulp = max((_ulp(r.get("max_ulp")) for r in requests), default=0.0)
-    prompts = [r["prompt_logprobs"] for r in requests if isinstance(r.get("prompt_logprobs"), dict)]
-    return {
-        "requests": len({r["id"] for r in requests}),
-        "repeats": _count(repeat) or 1,
-        "repeats_failed": len(failed),
-        "failed_repeat_indices": failed,
-        "tokens_compared": sum(_count(r.get("tokens_compared")) for r in requests),
-        "prompt_logprobs_compared": sum(_count(p.get("compared")) for p in prompts),
-        "prompt_logprob_drifts": sum(1 for p in prompts if not p.get("identical")),
-        "requests_diverged": sum(1 for r in requests if r.get("status") not in
-                                 (IDENTICAL, CACHE_MISS, PROMPT_LOGPROB_DRIFT)),
-        "requests_failed": sum(1 for r in requests if not r["passed"]),
-        "cache_misses": sum(1 for r in requests if r.get("cache_problem")),
-        "retracted_requests": sum(1 for r in requests if _count(r.get("num_retractions"))),
-        "mean_kl": float(np.mean(kls)) if kls else 0.0,
-        "max_ulp": "inf" if max_ulp == float("inf") else int(max_ulp),
-        "cache_hit_lengths": {str(k): v for k, v in sorted(hits.items())},
-        "cached_tokens_by_tier": tiers,
-    }

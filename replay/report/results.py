@@ -13,6 +13,9 @@ from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT, PromptDiff, Reque
 from replay.golden.tree import parse_request_id
 
 CACHE_MISS = "cache_miss"
+# The server reported other prompt token ids than were sent, all else identical: the server's
+# bug (SGLang's clip of the vocabulary's last id), never a cache verdict (docs/findings/sglang-ids.md)
+SERVER_ID_MISMATCH = "server_id_mismatch"
 NO_HITS_WARNING = "no request was served from the cache"  # how the zero-hit warning starts
 
 
@@ -31,6 +34,17 @@ class RequestOutcome:
     prompt: PromptDiff | None = None  # prompt logprobs, when the golden holds them
     worker: int | None = None  # behind a router: the worker that served it (replay/jobs/routing.py)
     routing_note: str | None = None  # a shortfall the routing explains (not a cache bug)
+    # prefill/decode disaggregated: the worker that computed its prompt's KV, the one that got it
+    prefill_worker: int | None = None
+    decode_worker: int | None = None
+    misreported_ids: tuple[Any, ...] = ()  # MisreportedId: prompt ids reported other than sent
+    answer_digest: str = ""  # sha256 of the answer's bits (ids, logprobs, top-k, prompt logprobs)
+    # With a control replay (replay/report/control.py), for a request that failed: the control's
+    # status for it, and whether the control answered with the very same bits
+    control_status: str | None = None
+    control_passed: bool | None = None
+    control_same_bits: bool | None = None
+    control_cached_tokens: int | None = None  # what the control reused for this request
 
     @property
     def status(self) -> str:
@@ -38,7 +52,9 @@ class RequestOutcome:
             return self.diff.status
         if self.prompt is not None and not self.prompt.identical:
             return PROMPT_LOGPROB_DRIFT
-        return CACHE_MISS if self.cache_problem else IDENTICAL
+        if self.cache_problem:
+            return CACHE_MISS
+        return SERVER_ID_MISMATCH if self.misreported_ids else IDENTICAL
 
     @property
     def passed(self) -> bool:
@@ -68,6 +84,7 @@ class ReplayResult:
     routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
     # workers share one L3 directory: a turn-0 branch > 0 may reuse its group prefix from there
     siblings_share_storage: bool = False
+    control: dict[str, Any] | None = None  # the control replay's summary (replay/report/control.py)
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
@@ -104,6 +121,13 @@ class ReplayResult:
         if self.no_cache_hits and self.hit_problem is None:
             notes.append(f"{NO_HITS_WARNING}: this replay proves nothing about the cache (cache "
                          f"expectation {self.expectation})")
+        misreported = [o for o in self.outcomes if o.misreported_ids]
+        if misreported:
+            first = misreported[0].misreported_ids[0]
+            notes.append(f"{len(misreported)} request(s) got prompt token ids reported other "
+                         f"than sent (first: {misreported[0].id} position {first.position}, sent "
+                         f"{first.sent}, reported {first.reported}): the server's bug, not a "
+                         "cache verdict (docs/findings/sglang-ids.md)")
         stale = self.storage_hits_after_clear
         if stale:
             notes.append(f"{len(stale)} turn-0 request(s) were served from L3 storage in a "

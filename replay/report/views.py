@@ -10,6 +10,8 @@ from collections import Counter
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from replay.report.control import control_note
+
 
 def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
     """One testcase per request id (and repeat, when there are several)."""
@@ -41,6 +43,12 @@ def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
 
 
 def failure_line(r: dict[str, Any]) -> str:
+    note = control_note(r)
+    line = _failure_line(r)
+    return f"{line}; {note}" if note else line
+
+
+def _failure_line(r: dict[str, Any]) -> str:
     f = r.get("first_divergence")
     if f:
         line = (f"{r['status']}: first difference at output position {f['position']} "
@@ -57,10 +65,16 @@ def failure_line(r: dict[str, Any]) -> str:
 def short_failure_line(r: dict[str, Any]) -> str:
     """One failing request in a terminal's width: where and how it first differs (the golden's
     value exactly and the distance in ULPs; the report has both sides' bits) and its cache hit."""
+    note = control_note(r)
+    line = _short_failure_line(r)
+    return f"{line}; {note}" if note else line
+
+
+def _short_failure_line(r: dict[str, Any]) -> str:
     f = r.get("first_divergence")
     cached = f"cached {r['cached_tokens']}"
     if not f:
-        return f"{r['status']}: {r.get('cache_problem') or cached}"
+        return f"{r['status']}: {r.get('cache_problem') or cached}{served_by(r)}"
     if f["kind"] == "token":
         what = f"token {f['golden_token']} -> {f['replay_token']}"
     else:
@@ -70,7 +84,14 @@ def short_failure_line(r: dict[str, Any]) -> str:
     t = r.get("token_divergence_position")
     if t is not None and t != f["position"]:
         line += f"; tokens from {t}"
-    return line
+    return line + served_by(r)
+
+
+def served_by(r: dict[str, Any]) -> str:
+    """`; prefill worker P -> decode worker D` for a request served through a PD router."""
+    if r.get("prefill_worker") is None:
+        return ""
+    return f"; prefill worker {r['prefill_worker']} -> decode worker {r['decode_worker']}"
 
 
 def flake_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
@@ -109,6 +130,8 @@ def verdict_line(report: dict[str, Any]) -> str:
             line += f"; {problem}"
     if report.get("routing"):
         line += f"; {routing_text(report['routing'])}"
+    if report.get("control"):
+        line += f"; {control_text(report['control'])}"
     for warning in report.get("warnings") or []:
         line += f"; warning: {warning}"
     return line
@@ -118,15 +141,42 @@ def routing_text(routing: dict[str, Any]) -> str:
     """What the routing achieved, and which worker failed (docs/topologies.md)."""
     rate = (f"{routing['hits_met']}/{routing['expected_hits']} expected hits met"
             if routing["expected_hits"] else "no hit expected")
-    text = f"routing {routing['policy']} over {len(routing['per_worker'])} workers: {rate}"
+    roles = Counter(w.get("role", "worker") for w in routing["per_worker"])
+    over = (f"{roles['prefill']} prefill + {roles['decode']} decode workers (PD)"
+            if routing.get("kind") == "pd" else f"{len(routing['per_worker'])} workers")
+    text = f"routing {routing['policy']} over {over}: {rate}"
     if routing["routing_misses"]:
         text += (f", {routing['routing_misses']} miss(es) the routing caused (prefix on another "
                  "worker; not cache bugs)")
+    if routing.get("prompt_only_hits"):
+        text += (f", {routing['prompt_only_hits']} follow-up hit(s) stop at the parent's prompt "
+                 "(its output was decoded on the decode worker, never in a prefill worker's "
+                 "cache; not cache bugs)")
+    if routing.get("kind") == "pd":  # prefill/decode: failures by the pair that served them
+        return text + "".join(pd_pair_text(routing, p) for p in routing["failing_pairs"])
     for w in routing["per_worker"]:
         if w["failed"]:
             fault = f", fault {w['fault']}" if w.get("fault") else ""
             text += f"; {w['failed']} failure(s) on worker {w['index']} ({w['url']}{fault})"
     return text
+
+
+def pd_pair_text(routing: dict[str, Any], pair: dict[str, Any]) -> str:
+    workers = {w["index"]: w for w in routing["per_worker"]}
+    prefill, decode = workers[pair["prefill_worker"]], workers[pair["decode_worker"]]
+    fault = f", fault {prefill['fault']}" if prefill.get("fault") else ""
+    return (f"; {pair['failed']} failure(s) on pair prefill worker {prefill['index']} "
+            f"({prefill['url']}{fault}) -> decode worker {decode['index']} ({decode['url']})")
+
+
+def control_text(control: dict[str, Any]) -> str:
+    """What the control replay said of the failures (docs/control.md)."""
+    return (f"control {control['target']}: {control['failed_on_tier_only']} failure(s) the "
+            f"tier's alone, {control['failed_on_control_too']} also on the control "
+            f"({control['same_bits_on_control']} with the same bits), "
+            f"{control.get('not_comparable', 0)} not comparable (the control reused other "
+            f"KV); the control itself "
+            f"{control['verdict']}ed with {control['requests_failed']} failure(s)")
 
 
 def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:

@@ -29,13 +29,26 @@ from replay.golden.tree import cache_key, input_ids, prompt_logprob_start
 Progress = Callable[[str, bool], None]  # (request id, failed: always False) as each completes
 
 
+CACHE_OFF = "cache-off"  # every request computed from scratch (the default)
+CACHED = "cached"  # the device cache on and nothing evicted: reuse as a cached replay's
+REFERENCE_KINDS = (CACHE_OFF, CACHED)
+
+
 @dataclass(frozen=True)
 class RecordOptions:
     schedule: str = "lockstep"
     check_determinism: int = 1  # record this many times; all must agree bit for bit
+    # Which reference the golden holds (docs/control.md): `cache-off`, or `cached`, recorded on a
+    # server with its cache on and a pool nothing is evicted from, so a follow-up turn reuses
+    # the KV its parent's decode wrote exactly as a cached replay does; the replay then checks
+    # that it reused exactly what the reference reused
+    reference: str = CACHE_OFF
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule)
+        if self.reference not in REFERENCE_KINDS:
+            raise UsageError(f"invalid --reference {self.reference!r}: use "
+                             f"{' or '.join(REFERENCE_KINDS)}")
         if isinstance(self.check_determinism, bool) or not isinstance(self.check_determinism, int) \
                 or self.check_determinism < 1:
             raise UsageError("--check-determinism must be >= 1")
@@ -132,9 +145,12 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
     facts = facts or await server_facts(conn)
     check_vocab(plan.spec, facts.vocab)
     check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
+    cached = options.reference == CACHED
+    if cached:
+        check_cached_reference(plan, facts.server_info)
     runs: list[list[Completion]] = []
     for attempt in range(options.check_determinism):
-        if attempt > 0:
+        if attempt > 0 or (cached and not already):  # a cached reference starts from empty
             await conn.flush_cache()
         runs.append(await record_once(
             conn, plan, schedule=options.schedule, vocab=facts.vocab, progress=progress,
@@ -146,14 +162,43 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
             f"{len(differences)} request(s) differ across {len(runs)} recordings; first: "
             + "; ".join(differences[:5])
         )
+    meta = source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
+                       flush=conn.api.flush_note)
+    if cached:  # absent means cache-off, so goldens recorded before read as they did
+        meta["reference"] = CACHED
+    misreported = sum(1 for c in runs[0] if c.misreported_ids)
+    if misreported:  # the values are the true tokens'; only the reported ids are wrong
+        meta["server_misreported_prompt_ids"] = misreported
     return Golden(
         scenario=plan.spec.to_dict(),
         prefixes=plan.prefixes,
         requests=[_recorded(plan, i, runs[0]) for i in range(len(runs[0]))],
         sampling=dict(SAMPLING),
-        meta=source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
-                         flush=conn.api.flush_note),
+        meta=meta,
     )
+
+
+def check_cached_reference(plan: Plan, server_info: dict[str, Any]) -> None:
+    """A cached reference needs the cache on, and a pool that holds every token the scenario
+    puts through it: an eviction would make the reference's reuse depend on the pool."""
+    from replay.judge.cache_check import pool_tokens, server_flag
+
+    if server_flag(server_info, "disable_radix_cache"):
+        raise UsageError("--reference cached needs a server with its prefix cache on (this one "
+                         "has disable_radix_cache; e.g. --launch sglang-radix)")
+    pool = pool_tokens(server_info)
+    need = plan_footprint(plan)
+    if pool is not None and need > pool:
+        raise UsageError(f"--reference cached needs a pool nothing is evicted from: the scenario "
+                         f"puts {need} tokens through the cache, the server's pool holds {pool} "
+                         "(start it with a larger pool, e.g. no --max-total-tokens)")
+
+
+def plan_footprint(plan: Plan) -> int:
+    """The distinct tokens a plan puts through a prefix cache: each group's prefix once, every
+    request's new tokens and its output (the radix tree it grows)."""
+    return sum(len(p) for p in plan.prefixes) + sum(len(r.new_tokens) + r.max_new_tokens
+                                                    for r in plan.requests)
 
 
 def determinism_differences(plan: Plan, runs: list[list[Completion]]) -> list[str]:

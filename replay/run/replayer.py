@@ -8,6 +8,7 @@ diffed as they arrive and only the judgement is kept.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -21,6 +22,7 @@ from replay.judge.cache_check import (
     HitTally,
     isolation_problem,
     parse_expectation,
+    reference_reuse_problem,
     with_eviction_pressure,
 )
 from replay.server.connection import Connection
@@ -196,6 +198,10 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
                                       lag=lag, cap=cap)
         expected = (expectation.minimum(history, output, lag, cap)
                     if req.turn > 0 and expectation.kind != "none" else None)
+        if golden.meta.get("reference") == "cached" and req.turn > 0:
+            problem = problem or reference_reuse_problem(completion.cached_tokens,
+                                                         req.cached_tokens)
+            expected = req.cached_tokens
     top = None
     if diff.status != IDENTICAL and diff.first is not None and req.top_ids is not None \
             and completion.top_ids is not None:
@@ -209,8 +215,21 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
         id=req.id, repeat=rep, diff=diff, cached_tokens=completion.cached_tokens,
         cached_details=completion.cached_details, expected_min_cached=expected,
         cache_problem=problem, top=top, num_retractions=completion.num_retractions,
-        retraction_lag=lag, prompt=prompt,
+        retraction_lag=lag, prompt=prompt, answer_digest=answer_digest(completion),
+        misreported_ids=completion.misreported_ids,
     )
+
+
+def answer_digest(completion: Completion) -> str:
+    """The sha256 of every bit an answer carries that a replay judges (output ids, logprobs,
+    top-k ids and logprobs, prompt logprobs): two servers that answered alike have one digest."""
+    h = hashlib.sha256()
+    parts = ((completion.output_ids, np.int64), (completion.logprobs, np.float64),
+             (completion.top_ids, np.int64), (completion.top_logprobs, np.float64),
+             (completion.prompt_logprobs, np.float64))
+    for part, dtype in parts:
+        h.update(b"-|" if part is None else np.ascontiguousarray(part, dtype).tobytes() + b"|")
+    return h.hexdigest()
 
 
 def _top_pairs(ids: np.ndarray, vals: np.ndarray) -> list[list[Any]]:

@@ -101,8 +101,9 @@ class Connection:
                                         max_new_tokens=max_new_tokens, top_k=top_k,
                                         vocab_size=vocab_size)
             if start >= 0:
-                completion.prompt_logprobs = api.parse_prompt_logprobs(text, request_id,
-                                                                       input_ids, start)
+                values, misreported = api.parse_prompt_logprobs(text, request_id, input_ids,
+                                                                start)
+                completion.prompt_logprobs, completion.misreported_ids = values, misreported
             return completion
         except MalformedResponse as exc:
             raise MalformedResponse(self.client.scrub(str(exc))) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ContextManager
 
@@ -16,9 +16,10 @@ from replay.utils.errors import UsageError
 from replay.utils.redact import redact_text
 
 if TYPE_CHECKING:
-    from replay.server.launch import LaunchProfile
+    from replay.server.profile import LaunchProfile
 
 Notify = Callable[[str], None]
+DEFAULT_LOG_DIR = Path("golden-logs")
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ServerTarget:
     url: str | None = None
     profile: str | None = None  # a built-in profile name or a TOML file
     model: str | None = None  # for profiles that need one
-    log_dir: Path = Path("golden-logs")
+    log_dir: Path = DEFAULT_LOG_DIR
     fault: str | None = None  # embedded-engine profiles only
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     attention_backend: str | None = None  # SGLang profiles; None: the visible GPU's default
@@ -41,6 +42,10 @@ class ServerTarget:
         if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
             raise UsageError("--fault, --server-arg and --attention-backend apply only with "
                              "--launch")
+        if self.url is not None and (self.model or Path(self.log_dir) != DEFAULT_LOG_DIR):
+            given = "--model" if self.model else "--log-dir"
+            raise UsageError(f"{given} applies only with --launch (a server given by --server "
+                             "runs with its own model and writes its own log)")
 
     @property
     def label(self) -> str:
@@ -62,7 +67,7 @@ class ServerTarget:
     def argv(self) -> list[str]:
         """The command-line options that name this server to `golden` (`--server URL`, or
         `--launch PROFILE` with its launch fields): what a rerun command or repro.sh passes.
-        Secrets stay in the words; the shell writer replaces them (replay/jobs/repro_script.py)."""
+        Secrets stay in the words; the shell writer replaces them (replay/jobs/minimize/repro_script.py)."""
         if self.url is not None:
             return ["--server", self.url]
         argv = ["--launch", str(self.profile)]
@@ -74,7 +79,7 @@ class ServerTarget:
     def launch_profile(self) -> "LaunchProfile":
         """The profile, loaded and checked against the launch fields (a missing --model, a
         fault it cannot take): a UsageError before anything starts."""
-        from replay.server.launch import check_values, load_profile
+        from replay.server.profile import check_values, load_profile
 
         if self.profile is None:
             raise UsageError(f"{self.label} is a running server, not a launch profile")
@@ -106,3 +111,29 @@ class ServerTarget:
                                fault=self.fault, extra_args=self.extra_args,
                                attention_backend=self.attention_backend, notify=self.notify,
                                api_key=api_key)
+
+
+def control_target(target: ServerTarget, control: str | None = None,
+                   control_server: str | None = None) -> ServerTarget | None:
+    """The control of a replay (docs/control.md), from `--control PROFILE|auto` (launched like
+    `target`: the same model, attention backend and server args, but no fault, since the fault
+    is what is under test; `auto` is the tested profile's own `control`) or `--control-server
+    URL` (a running server); None when neither is given. Checked before anything starts."""
+    if control is not None and control_server is not None:
+        raise UsageError("give --control PROFILE or --control-server URL, not both")
+    if control_server is not None:
+        return ServerTarget(url=control_server, notify=target.notify)
+    if control is None:
+        return None
+    if target.profile is None:
+        raise UsageError("--control PROFILE launches the control like the tested server, so it "
+                         "needs --launch; against a running control use --control-server URL")
+    if control == "auto":
+        named = target.launch_profile().control
+        if named is None:
+            raise UsageError(f"launch profile {target.profile!r} names no control: pass "
+                             "--control PROFILE (golden profiles lists each profile's control)")
+        control = named
+    twin = replace(target, profile=control, fault=None)
+    twin.launch_profile()  # a missing or unusable profile: refused before anything starts
+    return twin

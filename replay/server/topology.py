@@ -13,6 +13,11 @@ Attribution comes from the router: the transport sends each request's id as `X-R
 router (started with `--log-level debug`) logs `request_id="..."` with the worker URL it sent it
 to, and `Topology.attribution()` reads that back, in order (the k-th time an id appears is its
 k-th repeat). Nothing here knows a request's meaning; replay/jobs/routing.py judges with it.
+
+A topology of `kind = "pd"` (replay/server/pd_topology.py) is prefill and decode workers behind
+the router in PD mode: launched the same way (the workers in parallel, each prefill worker with
+a bootstrap port of its own), then one generation through the router before the replay starts,
+so that a KV transfer that cannot work fails here, with the workers' logs, not mid-replay.
 """
 
 from __future__ import annotations
@@ -24,20 +29,23 @@ import re
 import time
 import tomllib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from replay.server.launch import (
-    LOOPBACK, LaunchProfile, Notify, free_port, http_status, launched, load_profile,
+from replay.server.launch import free_port, http_status, launched
+from replay.server.pd_topology import (
+    MINI_LB, PD_KIND, PDTopologyProfile, enter_together, parse_pd_table, pd_router_args,
+    read_pd_attribution, warm_up_pair,
 )
+from replay.server.profile import LOOPBACK, LaunchProfile, Notify, load_profile
 from replay.utils.errors import ServerError, UsageError
 
 ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"
 DEFAULT_ROUTER_VENV = Path.home() / ".cache" / "golden-replay" / "router-venv"
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
-TOPOLOGY_KEYS = {"description", "workers", "worker_profile", "policy", "fault_worker",
+TOPOLOGY_KEYS = {"description", "kind", "workers", "worker_profile", "policy", "fault_worker",
                  "shared_storage", "router_args", "startup_timeout"}
 INSTALL_HINT = "bash scripts/install_router.sh"
 
@@ -53,6 +61,11 @@ class TopologyProfile:
     shared_storage: bool = False  # one storage directory for every worker (`--storage-dir`)
     router_args: tuple[str, ...] = ()
     startup_timeout: float = 120.0  # seconds for the router to see every worker healthy
+    kind: str = "router"  # N interchangeable workers (PD topologies: PDTopologyProfile)
+
+    @property
+    def shape(self) -> str:
+        return f"{self.workers} x {self.worker_profile}"
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 16:
@@ -63,22 +76,29 @@ class TopologyProfile:
             raise UsageError(f"topology {self.name!r}: fault_worker must be 0..{self.workers - 1}")
 
 
+AnyTopologyProfile = TopologyProfile | PDTopologyProfile
+WORKER, PREFILL, DECODE = "worker", "prefill", "decode"  # a worker's role
+
+
 @dataclass(frozen=True)
 class Worker:
-    index: int
+    index: int  # unique in its topology (PD: prefill workers first, then decode workers)
     url: str
     fault: str | None
+    role: str = WORKER
+    bootstrap_port: int | None = None  # a prefill worker's KV bootstrap server
+    log: Path | None = None
 
     @property
     def label(self) -> str:
-        return f"worker {self.index}"
+        return f"worker {self.index}" if self.role == WORKER else f"{self.role} worker {self.index}"
 
 
 @dataclass
 class Topology:
     """A running topology: the router's URL (what the client talks to) and its workers."""
 
-    profile: TopologyProfile
+    profile: AnyTopologyProfile
     router_url: str
     router_log: Path
     workers: list[Worker] = field(default_factory=list)
@@ -86,14 +106,32 @@ class Topology:
     def attribution(self) -> dict[str, list[int]]:
         """request id -> the index of the worker the router sent it to, once per time it was
         sent (repeats in order)."""
-        by_url = {w.url.rstrip("/"): w.index for w in self.workers}
-        return read_attribution(self.router_log, by_url)
+        return read_attribution(self.router_log, self.by_url())
+
+    def pd_attribution(self) -> dict[str, list[tuple[int, int]]]:
+        """PD: request id -> (prefill worker, decode worker) of each answered attempt, in order.
+        MiniLB logs nothing: every request has its only pair (`sole_pair`)."""
+        return read_pd_attribution(self.router_log, self.by_url())
+
+    def sole_pair(self) -> tuple[int, int] | None:
+        """The (prefill, decode) pair of a PD topology with one worker of each, else None."""
+        prefill = [w.index for w in self.workers if w.role == PREFILL]
+        decode = [w.index for w in self.workers if w.role == DECODE]
+        return (prefill[0], decode[0]) if len(prefill) == len(decode) == 1 else None
+
+    def by_url(self) -> dict[str, int]:
+        return {w.url.rstrip("/"): w.index for w in self.workers}
 
     def describe(self) -> dict[str, Any]:
-        return {"profile": self.profile.name, "policy": self.profile.policy,
-                "shared_storage": self.profile.shared_storage, "router": self.router_url,
-                "workers": [{"index": w.index, "url": w.url, "fault": w.fault}
-                            for w in self.workers]}
+        out = {"profile": self.profile.name, "kind": self.profile.kind,
+               "policy": self.profile.policy, "shared_storage": self.profile.shared_storage,
+               "router": self.router_url,
+               "workers": [{"index": w.index, "url": w.url, "fault": w.fault} for w in self.workers]}
+        if isinstance(self.profile, PDTopologyProfile):
+            out["pd_router"] = self.profile.router
+            for entry, w in zip(out["workers"], self.workers):
+                entry.update(role=w.role, bootstrap_port=w.bootstrap_port)
+        return out
 
 
 class RoutedURL(str):
@@ -130,7 +168,7 @@ def is_topology(name_or_path: str) -> bool:
     return False
 
 
-def load_topology(name_or_path: str) -> TopologyProfile:
+def load_topology(name_or_path: str) -> AnyTopologyProfile:
     if name_or_path in builtin_topology_names():
         text = (resources.files("replay.server") / "topologies" / f"{name_or_path}.toml").read_text()
         return parse_topology(text, name=name_or_path)
@@ -141,7 +179,7 @@ def load_topology(name_or_path: str) -> TopologyProfile:
         raise UsageError(f"topology {name_or_path}: {exc.strerror}") from None
 
 
-def parse_topology(text: str, *, name: str) -> TopologyProfile:
+def parse_topology(text: str, *, name: str) -> AnyTopologyProfile:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -149,14 +187,18 @@ def parse_topology(text: str, *, name: str) -> TopologyProfile:
     table = data.get("topology")
     if not isinstance(table, dict):
         raise UsageError(f"topology {name!r}: no [topology] table")
+    description = str(data.get("description", table.get("description", "")))
+    if table.get("kind", "router") == PD_KIND:
+        return parse_pd_table(table, name=name, description=description)
+    if table.get("kind", "router") != "router":
+        raise UsageError(f"topology {name!r}: kind must be router or {PD_KIND}")
     unknown = sorted(set(table) - TOPOLOGY_KEYS)
     if unknown:
         raise UsageError(f"topology {name!r}: unknown key(s) {', '.join(unknown)}")
     try:
         workers = int(table.get("workers", 2))
         return TopologyProfile(
-            name=name, description=str(data.get("description", table.get("description", ""))),
-            workers=workers, worker_profile=str(table["worker_profile"]),
+            name=name, description=description, workers=workers, worker_profile=str(table["worker_profile"]),
             policy=str(table.get("policy", "cache_aware")),
             fault_worker=int(table.get("fault_worker", workers - 1)),
             shared_storage=bool(table.get("shared_storage", False)),
@@ -183,28 +225,36 @@ def router_python() -> str:
     return str(python)
 
 
-def router_profile(topology: TopologyProfile, worker_urls: Sequence[str]) -> LaunchProfile:
-    command = (router_python(), "-m", "sglang_router.launch_router",
-               "--worker-urls", *worker_urls, "--policy", topology.policy,
+def router_profile(topology: AnyTopologyProfile, worker_args: Sequence[str]) -> LaunchProfile:
+    """The router over the workers `worker_args` name (`--worker-urls ...`, or the PD flags)."""
+    command = (router_python(), "-m", "sglang_router.launch_router", *worker_args,
                "--host", "{host}", "--port", "{port}", "--log-level", "debug",
                # its metrics listener, else on a fixed port that two routers cannot share
                "--prometheus-host", LOOPBACK, "--prometheus-port", str(free_port()),
                *topology.router_args)
     return LaunchProfile(name=f"{topology.name}-router",
-                         description=f"sglang-router ({topology.policy})", command=command,
+                         description=f"sglang-router ({topology.kind}, {topology.policy})",
+                         command=command,
                          startup_timeout=topology.startup_timeout, stop_timeout=10.0,
                          warmup=False)
 
 
-@contextlib.contextmanager
-def launched_topology(topology: TopologyProfile, *, model: str | None, log_dir: Path,
+def launched_topology(topology: AnyTopologyProfile, *, model: str | None, log_dir: Path,
                       fault: str | None = None, extra_args: Sequence[str] = (),
                       notify: Notify | None = None,
-                      api_key: str | None = None) -> Iterator[RoutedURL]:
+                      api_key: str | None = None) -> contextlib.AbstractContextManager[RoutedURL]:
     """Start every worker, then the router over them; yield the router's URL once it sees every
     worker healthy; always stop them all (router first)."""
+    launch = _launched_pd if isinstance(topology, PDTopologyProfile) else _launched_workers
+    return launch(topology, model=model, log_dir=Path(log_dir), fault=fault,
+                  extra_args=extra_args, notify=notify, api_key=api_key)
+
+
+@contextlib.contextmanager
+def _launched_workers(topology: TopologyProfile, *, model: str | None, log_dir: Path,
+                      fault: str | None, extra_args: Sequence[str], notify: Notify | None,
+                      api_key: str | None) -> Iterator[RoutedURL]:
     worker_profile = load_profile(topology.worker_profile)
-    log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         args = list(extra_args)
@@ -219,14 +269,57 @@ def launched_topology(topology: TopologyProfile, *, model: str | None, log_dir: 
                 fault=worker_fault, extra_args=args, notify=notify, api_key=api_key))
             workers.append(Worker(i, url, worker_fault))
         router_log = log_dir / f"{topology.name}-router.log"
-        url = stack.enter_context(launched(router_profile(topology, [w.url for w in workers]),
-                                           model=None, log_path=router_log, notify=notify))
+        flags = ["--worker-urls", *(w.url for w in workers), "--policy", topology.policy]
+        url = stack.enter_context(launched(router_profile(topology, flags), model=None,
+                                           log_path=router_log, notify=notify))
         running = Topology(topology, url, router_log, workers)
         wait_for_workers(running, api_key)
         if notify:
             notify(f"topology {topology.name}: sglang-router ({topology.policy}) at {url} over "
                    + ", ".join(f"{w.label} {w.url}" + (f" (fault {w.fault})" if w.fault else "")
                                for w in workers))
+        yield RoutedURL(running)
+
+
+@contextlib.contextmanager
+def _launched_pd(topology: PDTopologyProfile, *, model: str | None, log_dir: Path,
+                 fault: str | None, extra_args: Sequence[str], notify: Notify | None,
+                 api_key: str | None) -> Iterator[RoutedURL]:
+    """Prefill and decode workers started together (each prefill worker with its own bootstrap
+    port; `--fault` goes to prefill worker 0), then the router in PD mode, then one generation
+    through it: the transfer works before the replay starts."""
+    prefill_profile, decode_profile = (load_profile(topology.prefill_profile),
+                                       load_profile(topology.decode_profile))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    planned = [Worker(i, "", fault if i == 0 else None, PREFILL, free_port(),
+                      log_dir / f"{topology.name}-prefill{i}.log")
+               for i in range(topology.prefill_workers)]
+    planned += [Worker(len(planned) + i, "", None, DECODE, None,
+                       log_dir / f"{topology.name}-decode{i}.log")
+                for i in range(topology.decode_workers)]
+    with contextlib.ExitStack() as stack:
+        urls = enter_together(stack, [launched(
+            prefill_profile if w.role == PREFILL else decode_profile, model=model,
+            log_path=w.log, fault=w.fault, notify=notify, api_key=api_key,
+            extra_args=[*extra_args, *(["--disaggregation-bootstrap-port", str(w.bootstrap_port)]
+                                       if w.bootstrap_port else [])]) for w in planned])
+        workers = [replace(w, url=url) for w, url in zip(planned, urls)]
+        flags = pd_router_args(topology, [(w.url, w.bootstrap_port or 0) for w in workers
+                                          if w.role == PREFILL],
+                               [w.url for w in workers if w.role == DECODE])
+        router_log = log_dir / f"{topology.name}-router.log"
+        url = stack.enter_context(launched(router_profile(topology, flags), model=None,
+                                           log_path=router_log, notify=notify))
+        running = Topology(topology, url, router_log, workers)
+        if topology.router != MINI_LB:  # MiniLB has no /workers: its health is all it says
+            wait_for_workers(running, api_key)
+        warm_up_pair(topology, url, [(w.label, w.log) for w in workers], api_key)
+        if notify:
+            notify(f"topology {topology.name}: sglang-router (PD {topology.router}, "
+                   f"{topology.policy}) at {url} "
+                   "over " + ", ".join(f"{w.label} {w.url}" + (
+                       f" (bootstrap port {w.bootstrap_port})" if w.bootstrap_port else "")
+                       for w in workers))
         yield RoutedURL(running)
 
 

@@ -9,7 +9,8 @@ from typing import Any
 def run_scheduler_process(*args: Any, **kwargs: Any) -> None:
     from sglang.srt.managers.scheduler import run_scheduler_process as sglang_scheduler
 
-    from replay.sglang_cpu import patches
+    from replay.sglang_cpu import disaggregation, patches
 
     patches.apply()
+    disaggregation.apply(args[0] if args else kwargs["server_args"])  # PD servers only
     sglang_scheduler(*args, **kwargs)

@@ -1,4 +1,7 @@
-"""Redaction of secrets in server metadata, launch commands and URLs.
+"""Redaction of secrets in server metadata, launch commands, URLs and database locations: the
+one place that knows every form a secret takes (`user:password@host`, `password=` and
+`sslpassword=` in a URL's query or a libpq keyword string, `passfile=`, API keys and tokens in
+flags, variables and headers).
 
 Goldens and reports store what servers say about themselves; a server may echo an API key in its
 arguments or launch command. Everything written passes through `redact_secrets` first.
@@ -16,7 +19,7 @@ import contextlib
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from replay.utils.errors import GoldenError
 
@@ -25,7 +28,7 @@ REDACTED = "<redacted>"
 
 _SECRET_PARTS = (
     "apikey", "api_key", "secret", "password", "passwd", "authorization", "credential",
-    "private_key", "access_key", "cookie",
+    "private_key", "access_key", "cookie", "passfile",
 )
 # `<qualifier>_key` names a credential (ADMIN_KEY, --auth-key, MASTER_KEY); other keys (cache_key,
 # sort_key) are not secrets.
@@ -39,7 +42,10 @@ _FLAG_RE = re.compile(
     r"(?P<flag>--?[A-Za-z][\w.-]*)"
     r"(?:(?P<eq>=)(?P<v1>\"[^\"]*\"|'[^']*'|\S+)|(?P<ws>\s+)(?P<v2>\"[^\"]*\"|'[^']*'|[^\s\"'-]\S*))"
 )
-_ENV_RE = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)")
+# NAME=VALUE in an environment, a libpq keyword string (`password='a b'`) or a URL's query
+# (`?password=x&sslmode=require`: the value ends at `&`).
+_ENV_RE = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)="
+                     r"(?P<value>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s&]+)")
 _BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
@@ -64,7 +70,8 @@ def is_secret_key(name: str) -> bool:
 
 def redact_text(text: str) -> str:
     """The text with the secret replaced in `--api-key X`, `--hf-token=X`, `HF_TOKEN=X`,
-    `Bearer X` and `scheme://user:password@host` (launch commands, URLs, headers)."""
+    `password='X'`, `?password=X&sslpassword=Y`, `passfile=P`, `Bearer X` and
+    `scheme://user:password@host` (launch commands, URLs, database locations, headers)."""
 
     def flag(m: re.Match[str]) -> str:
         if not is_secret_key(m["flag"]):
@@ -114,6 +121,23 @@ def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, (list, tuple)):
         return [scrub_values(v, secrets) for v in value]
     return value
+
+
+def location_secrets(where: str) -> tuple[str, ...]:
+    """The secret values a database location holds, for `scrub`: its URL's password (and the
+    HTTP Basic form), and the values of secret-named query parameters or libpq keywords
+    (`password`, `sslpassword`, `passfile`)."""
+    found = list(url_secrets(where))
+    try:
+        query = urlsplit(where).query
+    except ValueError:
+        query = ""
+    found += [v for k, v in parse_qsl(query, keep_blank_values=False) if is_secret_key(k)]
+    for m in _ENV_RE.finditer(where):
+        if is_secret_key(m["name"]):
+            value = m["value"]
+            found += [value, value.strip("'\"")]
+    return tuple(dict.fromkeys(s for s in found if s))
 
 
 def url_password(url: str) -> str | None:

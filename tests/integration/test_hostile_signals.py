@@ -247,7 +247,9 @@ def test_the_command_gets_ctrl_c_back_as_a_keyboard_interrupt():
     report) needs the KeyboardInterrupt."""
     code = ("import signal\n"
             "from cli import startup_interrupt; startup_interrupt.arm()\n"
-            "from cli.main import main; main(debug=False, history=None, version=False)\n"
+            "from types import SimpleNamespace\n"
+            "from cli.main import main\n"
+            "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -26,7 +26,7 @@ from replay.engine.options import profile_options
 from replay.engine.server import start_server
 from replay.golden.model import subset_golden
 from replay.golden.store import read_golden, verify_golden, write_golden
-from replay.jobs.minimize_session import Failure
+from replay.jobs.minimize.session import Failure
 from replay.golden.scenario import ScenarioSpec, build_plan
 from replay.jobs.session import ServerTarget, record_in_memory, replay_golden
 from replay.golden.tree import with_ancestors

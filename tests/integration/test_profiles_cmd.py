@@ -8,7 +8,7 @@ import sys
 from typer.testing import CliRunner
 
 from cli.profiles_cmd import app
-from replay.server.launch import builtin_profile_names
+from replay.server.profile import builtin_profile_names
 
 runner = CliRunner()
 
@@ -74,3 +74,16 @@ def test_profiles_lists_the_router_topologies_with_their_policy():
     res = runner.invoke(app, [])
     assert res.exit_code == 0
     assert "router-cache-aware" in res.output and "round_robin" in res.output
+
+
+def test_profiles_lists_the_control_each_hicache_profile_names():
+    res = runner.invoke(app, [], terminal_width=250)
+    assert res.exit_code == 0
+    row = next(line for line in res.output.splitlines() if " embedded-hicache " in line)
+    assert "embedded-radix" in row
+
+
+def test_profiles_show_names_the_control():
+    res = runner.invoke(app, ["show", "sglang-cpu-hicache", "--model", "M"])
+    assert res.exit_code == 0
+    assert res.output.splitlines()[0].endswith("; control (--control auto): sglang-cpu-radix")

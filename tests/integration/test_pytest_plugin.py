@@ -53,6 +53,27 @@ def test_pass_returns_the_report_and_writes_it(pytester, golden, tmp_path):
     assert json.loads(report.read_text())["verdict"] == "pass"
 
 
+def test_the_history_option_adds_every_replay_to_the_history(pytester, golden, tmp_path):
+    """Given as a value (no report directory needed), never read from the environment."""
+    from replay.history.store import HistoryStore
+
+    history = tmp_path / "h.sqlite"
+    with StubServer(StubConfig()) as stub:
+        result = run(pytester, golden, "--golden-server", stub.url, "--golden-history",
+                     str(history))
+    result.assert_outcomes(passed=1)
+    with HistoryStore.open(str(history)) as store:
+        [run_] = store.list_runs()
+    assert run_["verdict"] == "pass" and run_["golden_name"] == str(golden)
+
+
+def test_a_log_dir_or_model_for_a_running_server_is_an_error_not_ignored(pytester, golden):
+    with StubServer(StubConfig()) as stub:
+        result = run(pytester, golden, "--golden-server", stub.url, "--golden-model", "m")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*--model applies only with --launch*"])
+
+
 def test_fail_shows_the_same_first_divergence_lines_as_the_cli(pytester, golden):
     with StubServer(StubConfig(tamper=bump_position_2)) as stub:
         result = run(pytester, golden, "--golden-server", stub.url)
@@ -87,7 +108,8 @@ def test_without_a_server_the_test_is_skipped_with_the_reason(pytester, golden):
     result.stdout.fnmatch_lines(["*no golden server: pass --golden-server URL or --golden-launch PROFILE*"])
 
 
-@pytest.mark.parametrize("option", ["--golden-server", "--golden-launch", "--golden-api-key"])
+@pytest.mark.parametrize("option", ["--golden-server", "--golden-launch", "--golden-api-key",
+                                    "--golden-history"])
 def test_an_option_given_empty_is_a_usage_error_not_a_green_skip(pytester, golden, option):
     result = run(pytester, golden, option, "")  # e.g. --golden-server "$UNSET_CI_VARIABLE"
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.support import paths
 
-START = datetime(2026, 11, 1, tzinfo=timezone.utc)
+START = datetime(2026, 9, 1, tzinfo=timezone.utc)  # runs up to 999 hours later are past
 
 
 def sample(name: str) -> dict[str, Any]:

@@ -7,15 +7,18 @@ Without the package the PostgreSQL half of the suite skips, naming the package t
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FunctionType, ModuleType
+from typing import Any
 
 import pytest
 
@@ -102,3 +105,24 @@ def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "history.sqlite")
     return request.getfixturevalue("postgres").new_database()
+
+
+def on_postgres(*modules: ModuleType) -> dict[str, Callable[..., Any]]:
+    """The tests of `modules` that take `history_url`, again on PostgreSQL: a copy of each (the
+    unit module's own function stays as it is), its `history_url` parametrized to
+    "postgresql", named test_MODULE__NAME. For an integration module's globals."""
+    found: dict[str, Callable[..., Any]] = {}
+    for module in modules:
+        short = module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+        for name, test in vars(module).items():
+            if not (name.startswith("test_") and isinstance(test, FunctionType)
+                    and "history_url" in inspect.signature(test).parameters):
+                continue
+            copy = FunctionType(test.__code__, test.__globals__, name, test.__defaults__,
+                                test.__closure__)
+            copy.__dict__.update({k: list(v) if isinstance(v, list) else v
+                                  for k, v in test.__dict__.items()})
+            copy.__doc__, copy.__module__ = test.__doc__, test.__module__
+            found[f"test_{short}__{name.removeprefix('test_')}"] = pytest.mark.parametrize(
+                "history_url", ["postgresql"], indirect=True)(copy)
+    return found

@@ -45,6 +45,9 @@ class StubConfig:
     echo_auth: int | None = None  # every /generate answers this status, echoing Authorization
     # SGLang 0.5.17-0.5.21's refusal: the b64 flag without return_flat_raw_top_logprobs is a 400
     refuse_b64_alone: bool = False
+    # SGLang 0.5.17-0.5.23's report of prompt ids: the vocabulary's last id comes back as 0
+    clip_last_id: bool = False
+    port: int = 0  # 0: any free port (a launched stub is given its port)
 
 
 def next_token(context: list[int], vocab: int) -> tuple[int, float, list[tuple[int, float]]]:
@@ -87,6 +90,20 @@ class StubServer:
             best = max(best, n)
         best = min(best, len(ids) - 1)
         return best // self.config.page_size * self.config.page_size
+
+    def prompt_logprobs(self, ids: list[int], start: int) -> list[list[Any]]:
+        """`input_token_logprobs` from `start`: the first unscored, then each token's logprob
+        under the stub's next-token rule (its own logprob when greedy, else a fixed value)."""
+        entries: list[list[Any]] = []
+        last = self.config.vocab_size - 1
+        for j in range(start, len(ids)):
+            shown = 0 if self.config.clip_last_id and ids[j] >= last else ids[j]
+            if j == start:
+                entries.append([None, shown, None])
+                continue
+            tok, lp, _ = next_token(ids[:j], self.config.vocab_size)
+            entries.append([lp if tok == ids[j] else -20.0, shown, None])
+        return entries
 
     def complete(self, ids: list[int], max_new: int, k: int) -> dict[str, Any]:
         cached = self._cached(ids) if self.config.radix else 0
@@ -156,6 +173,10 @@ class StubServer:
         ids = body["input_ids"]
         sp = body["sampling_params"]
         resp = self.complete(ids, sp["max_new_tokens"], body.get("top_logprobs_num", 0))
+        start = body.get("logprob_start_len", -1)
+        if start >= 0:  # prompt logprobs from `start`; SGLang reuses at most `start` tokens
+            resp["meta_info"]["input_token_logprobs"] = self.prompt_logprobs(ids, start)
+            resp["meta_info"]["cached_tokens"] = min(resp["meta_info"]["cached_tokens"], start)
         if self.config.tamper:
             resp = self.config.tamper(n, ids, resp)
         return web.json_response(resp)
@@ -207,7 +228,7 @@ class StubServer:
             app.router.add_route("*", "/flush_cache", self._flush)
             self._runner = web.AppRunner(app)
             loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", self.config.port)
             loop.run_until_complete(site.start())
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             self.url = f"http://127.0.0.1:{port}"

@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 SAMPLING: dict[str, Any] = {"temperature": 0, "ignore_eos": True}
 
 
+@dataclass(frozen=True)
+class MisreportedId:
+    """A prompt token the server reported as another id than was sent (SGLang clips the
+    vocabulary's last id to 0 in `input_token_logprobs`: docs/findings/sglang-ids.md)."""
+
+    position: int  # in the input
+    sent: int
+    reported: int
+
+
 @dataclass
 class Completion:
     """One parsed answer, values exactly as sent (float64 of the server's float32)."""
@@ -41,6 +51,7 @@ class Completion:
     prompt_tokens: int | None = None
     num_retractions: int = 0  # times the scheduler dropped and recomputed the request
     prompt_logprobs: np.ndarray | None = None  # float64: input tokens start+1.., when asked
+    misreported_ids: tuple[MisreportedId, ...] = ()  # prompt ids reported other than sent
 
 
 @runtime_checkable
@@ -151,9 +162,10 @@ class SupportsRequestExtras(Protocol):
         ...
 
     def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,
-                              start: int) -> np.ndarray:
-        """The float64 logprobs of input tokens start+1 .. end read from the answer's text,
-        checked against `input_ids` (MalformedResponse naming the request otherwise)."""
+                              start: int) -> tuple[np.ndarray, tuple[MisreportedId, ...]]:
+        """The float64 logprobs of input tokens start+1 .. end read from the answer's text
+        (MalformedResponse naming the request when they break the protocol), and the prompt
+        tokens whose reported id is not the one sent (the server's bug, never a cache verdict)."""
         ...
 
 

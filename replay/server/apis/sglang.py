@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay.server.apis.base import SAMPLING, Completion, RequestExtras
+from replay.server.apis.base import SAMPLING, Completion, MisreportedId, RequestExtras
 from replay.server.apis.sglang_parse import parse_completion, parse_prompt_logprobs, parse_text
 from replay.server.apis.sglang_wire import NEWEST, Wire, fallback_for, wire_for
 from replay.utils.errors import ServerError
@@ -63,7 +63,7 @@ class SGLangApi:
         return "/generate", body
 
     def parse_prompt_logprobs(self, text: str | bytes, request_id: str, input_ids: np.ndarray,
-                              start: int) -> np.ndarray:
+                              start: int) -> tuple[np.ndarray, tuple[MisreportedId, ...]]:
         return parse_prompt_logprobs(text, request_id, input_ids, start)
 
     def parse(self, obj: Any, request_id: str, *, max_new_tokens: int, top_k: int,
@@ -81,6 +81,8 @@ class SGLangApi:
         info = await client.get_json("/server_info", fallback="/get_server_info")
         if info.get("router_manager"):  # SGLang's router: the facts are its workers'
             return await router_facts(client)
+        if isinstance(info.get("prefill"), list) and info["prefill"] and "decode" in info:
+            return mini_lb_facts(info)  # sglang-router's MiniLB (--mini-lb): PD workers' facts
         return info
 
     async def model_info(self, client: "ServerClient") -> dict[str, Any]:
@@ -135,16 +137,29 @@ ROUTER_KEY = "router"  # in server_info behind SGLang's router: {"workers": [url
 
 async def router_facts(client: "ServerClient") -> dict[str, Any]:
     """Behind SGLang's router (its /get_server_info says `router_manager`), what the workers say:
-    worker 0's /server_info (page size, radix cache, numerics: what the replay checks), with the
-    router's worker list and every worker's settings under `router`."""
+    worker 0's /server_info (page size, radix cache, numerics: what the replay checks; behind a PD
+    router, prefill worker 0's), with the router's worker list and every worker's settings under
+    `router`."""
     listed = await client.get_json("/workers")
-    urls = [str(w["url"]) for w in listed.get("workers", []) if isinstance(w, dict) and "url" in w]
+    entries = [w for w in listed.get("workers", []) if isinstance(w, dict) and "url" in w]
+    urls = sorted(str(w["url"]) for w in entries)
     if not urls:
         raise ServerError(f"{client.url} is SGLang's router, but its /workers lists no worker")
     infos = []
-    for url in sorted(urls):
+    for url in urls:
         async with type(client)(url, client.options) as worker:
             infos.append(await worker.get_json("/server_info", fallback="/get_server_info"))
-    facts = dict(infos[0])
+    # PD: a prefill worker's facts (prefix reuse happens there; decode runs no radix cache)
+    prefill = sorted(str(w["url"]) for w in entries if w.get("worker_type") == "prefill")
+    facts = dict(infos[urls.index(prefill[0])] if prefill else infos[0])
     facts[ROUTER_KEY] = {"workers": sorted(urls), "worker_server_info": infos}
+    return facts
+
+
+def mini_lb_facts(info: dict[str, Any]) -> dict[str, Any]:
+    """sglang-router's MiniLB answers /get_server_info with its prefill and decode workers' own
+    answers (no URLs): prefill worker 0's are the facts, as behind the Rust PD router."""
+    facts = dict(info["prefill"][0])
+    facts[ROUTER_KEY] = {"workers": [], "worker_server_info": [*info["prefill"],
+                                                                *info.get("decode", [])]}
     return facts

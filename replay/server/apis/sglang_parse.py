@@ -34,7 +34,7 @@ import msgspec
 import numpy as np
 import pybase64  # SIMD base64: 30x the standard library's decoder (docs/benchmarks.md)
 
-from replay.server.apis.base import Completion, malformed, number, token_id
+from replay.server.apis.base import Completion, MisreportedId, malformed, number, token_id
 from replay.utils.bits import widen_float32
 from replay.utils.errors import MalformedResponse
 from replay.server.jsonio import decode, too_deep
@@ -490,11 +490,13 @@ def _name_bad_id(ids: np.ndarray, request_id: str, vocab_size: int | None, prefi
 
 
 def parse_prompt_logprobs(text: str | bytes, request_id: str, input_ids: np.ndarray,
-                          start: int) -> np.ndarray:
+                          start: int) -> tuple[np.ndarray, tuple[MisreportedId, ...]]:
     """`meta_info.input_token_logprobs` of an answer asked with `logprob_start_len = start`:
-    one `[logprob, token_id, text]` entry per input token from `start`, each id the input's.
-    The first entry's logprob is not kept (SGLang sends null there: the token before it is not
-    scored); the rest, the logprobs of input tokens start+1 .., are returned as float64."""
+    one `[logprob, token_id, text]` entry per input token from `start`. The first entry's
+    logprob is not kept (SGLang sends null there: the token before it is not scored); the rest,
+    the logprobs of input tokens start+1 .., are returned as float64, with every entry whose id
+    is not the input's (SGLang 0.5.17-0.5.23 report the vocabulary's last id as 0: the server's
+    bug, named as such by the replay, never a reason to refuse the answer)."""
     obj = decode(text, f"request {request_id}")
     meta = obj.get("meta_info") if isinstance(obj, dict) else None
     entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
@@ -505,13 +507,14 @@ def parse_prompt_logprobs(text: str | bytes, request_id: str, input_ids: np.ndar
         raise malformed(request_id, f"{len(entries)} input_token_logprobs for {want} prompt "
                                     f"tokens from logprob_start_len {start}")
     values = np.empty(max(0, want - 1), dtype=np.float64)
+    misreported = []
     for j, entry in enumerate(entries):
         where = f"input_token_logprobs[{j}]"
         if not isinstance(entry, list) or len(entry) < 2:
             raise malformed(request_id, f"{where} is not a [logprob, token_id, text] entry")
-        if type(entry[1]) is not int or entry[1] != int(input_ids[start + j]):
-            raise malformed(request_id, f"{where} names token {entry[1]!r}, the input has "
-                                        f"{int(input_ids[start + j])}")
+        reported = token_id(entry[1], request_id, f"{where}'s token id", None)
+        if reported != int(input_ids[start + j]):
+            misreported.append(MisreportedId(start + j, int(input_ids[start + j]), reported))
         if j > 0:
             values[j - 1] = number(entry[0], request_id, f"{where}'s logprob")
-    return values
+    return values, tuple(misreported)

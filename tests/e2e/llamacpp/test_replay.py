@@ -36,7 +36,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from replay.golden.store import read_golden
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 from tests.support import paths
 
 REPO = paths.REPO

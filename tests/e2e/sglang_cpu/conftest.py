@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 from replay.sglang_cpu.locate import default_venv
 from replay.sglang_cpu.tiny_model import write_tiny_llama
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 from replay.sglang_cpu.locate import install_hint
 from tests.e2e.sglang_cpu.conftest import STAMP, Replayed, replay, requests
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from replay.judge.numerics import compare_numerics
-from replay.server.launch import load_profile, render
+from replay.server.profile import load_profile, render
 from replay.sglang_cpu.l3_services import split_service
 
 server_args = pytest.importorskip(

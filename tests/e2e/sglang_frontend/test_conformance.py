@@ -24,7 +24,8 @@ from replay.server.transport import ClientOptions
 from replay.server.connection import Connection, connect
 from replay.utils.errors import MalformedResponse, ServerError
 from replay.golden.store import read_golden
-from replay.server.launch import LaunchProfile, launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import LaunchProfile, load_profile
 from replay.server.apis.sglang import generate_body, parse_completion
 from replay.sglang_frontend.locate import install_hint, sglang_python
 from tests.support import paths

@@ -25,7 +25,8 @@ from replay.jobs.detection import (BEYOND_REPLAY, judge_fault, profile_for, reco
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
 from replay.golden.store import read_golden, write_golden
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 from replay.sglang_frontend.locate import install_hint, sglang_python
 from tests.support import paths
 

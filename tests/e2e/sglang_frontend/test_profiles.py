@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from replay.server.gpu import default_backend
-from replay.server.launch import load_profile, render
+from replay.server.profile import load_profile, render
 from replay.judge.numerics import NUMERICS_FIELDS, compare_numerics
 
 server_args = pytest.importorskip(
@@ -136,3 +136,29 @@ def test_npu_reference_and_hicache_resolve_the_same_numerics(tiny_model, monkeyp
     reference = resolved_on_npu("sglang-npu-reference", tiny_model, monkeypatch)
     replay = resolved_on_npu("sglang-npu-hicache", tiny_model, monkeypatch)
     assert compare_numerics(reference, replay).differing == ()
+
+
+@pytest.mark.parametrize("gpu", ["sm100", "sm90"])
+def test_the_control_keeps_the_radix_cache_on_without_hicache_or_a_pool_cap(gpu, tiny_model):
+    args = resolved(launch_argv("sglang-radix", tiny_model, gpu), gpu)
+    assert args["disable_radix_cache"] is False
+    assert args["enable_hierarchical_cache"] is False
+    assert args["max_total_tokens"] is None  # sized from memory: nothing evicted
+
+
+@pytest.mark.parametrize("gpu", ["sm100", "sm90"])
+def test_every_hicache_profile_names_a_control_with_the_same_numerics(gpu, tiny_model):
+    for name in HICACHE_PROFILES:
+        control = load_profile(name).control
+        assert control == "sglang-radix", name
+        ours = resolved(launch_argv(name, tiny_model, gpu), gpu)
+        theirs = resolved(launch_argv(control, tiny_model, gpu), gpu)
+        assert compare_numerics(ours, theirs).differing == (), name
+
+
+@pytest.mark.parametrize("gpu", ["sm100", "sm90"])
+def test_the_control_resolves_the_numerics_of_the_cache_off_reference(gpu, tiny_model):
+    """So a cached reference recorded on it replays on the HiCache profiles (numerics parity)."""
+    reference = resolved(launch_argv("sglang-reference", tiny_model, gpu), gpu)
+    cached = resolved(launch_argv("sglang-radix", tiny_model, gpu), gpu)
+    assert compare_numerics(reference, cached).differing == ()

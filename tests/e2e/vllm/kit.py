@@ -21,7 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from replay.server.launch import launched, load_profile
+from replay.server.launch import launched
+from replay.server.profile import load_profile
 from tests.support import paths
 
 START_BUDGET = 300.0  # seconds; a start takes 25-100 s on the loaded 2-core machine

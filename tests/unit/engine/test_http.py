@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -18,9 +12,6 @@ import pytest
 
 from replay.engine.server import start_server
 from tests.unit.engine.test_exactness import HICACHE, cold, model, prompts
-from tests.support import paths
-
-REPO = paths.REPO
 
 
 def call(url: str, path: str, body: object = None, method: str | None = None) -> tuple[int, str]:
@@ -194,25 +185,3 @@ def test_start_server_stop_leaves_no_thread_running():
         storage = running.engine.storage.root
     assert set(threading.enumerate()) <= before
     assert not storage.exists()  # the private storage directory went with it
-
-
-def test_python_m_replay_engine_serves_and_exits_on_sigterm():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "replay.engine", "--profile", "hicache", "--port", "0"],
-        cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stderr.readline()  # blocks until the server announces itself
-        match = re.search(r"http://\S+", line)
-        assert match, f"no URL in {line!r}"
-        assert call(match.group(0), "/health")[0] == 200
-        info = json.loads(call(match.group(0), "/server_info")[1])
-        assert info["enable_hierarchical_cache"] and info["launch_command"].startswith("python -m replay.engine")
-        started = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-        assert time.monotonic() - started < 60
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()

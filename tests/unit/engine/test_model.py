@@ -1,13 +1,10 @@
 """The embedded hybrid model: its contract is bit-identical results whatever the batch, the
-chunking, the cache state, the thread count and the CPU capability."""
+chunking, the cache state and the thread count (the CPU capability, in a fresh interpreter each:
+tests/integration/test_engine_process.py)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,9 +13,6 @@ import torch
 from replay.engine.config import CONFIGS, ModelConfig, get_config
 from replay.engine.model import ForwardItem, ForwardResult, HybridModel, SSMState, greedy, top_k
 from replay.engine.weights import make_weights
-from tests.support import paths
-
-REPO = paths.REPO
 
 
 @pytest.fixture(scope="module")
@@ -258,51 +252,6 @@ def test_product_chunk_size_does_not_change_bits(chunk_elems: int) -> None:
     items = [cold(default, tokens(37, 45)), cold(default, tokens(38, 1))]
     for a, b in zip(default.forward(items), resized.forward(items)):
         assert_same_result(a, b)
-
-
-CAPABILITY_SCRIPT = """
-import hashlib, json, numpy as np, torch
-from replay.engine.config import get_config
-from replay.engine.model import ForwardItem, HybridModel
-model = HybridModel(get_config("tiny"), seed=0)
-c = model.config
-toks = torch.from_numpy(np.random.Generator(np.random.PCG64(36)).integers(0, c.vocab_size, 40))
-kv = [(torch.zeros(0, c.n_kv_heads, c.head_dim), torch.zeros(0, c.n_kv_heads, c.head_dim))] * c.attn_layers
-[r] = model.forward([ForwardItem(toks, 0, kv, model.empty_ssm())])
-digest = hashlib.sha256(r.logprobs.numpy().tobytes())
-for s in r.ssm:
-    digest.update(s.h.numpy().tobytes())
-print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "digest": digest.hexdigest()}))
-"""
-
-
-def run_with_capabilities(capabilities: list[str]) -> list[dict]:
-    """Run CAPABILITY_SCRIPT once per capability, concurrently, each in a fresh interpreter."""
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CAPABILITY_SCRIPT],
-            env=os.environ | {"ATEN_CPU_CAPABILITY": capability, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        for capability in capabilities
-    ]
-    reports = []
-    for run in runs:
-        out, err = run.communicate(timeout=180)
-        assert run.returncode == 0, err
-        reports.append(json.loads(out.strip().splitlines()[-1]))
-    return reports
-
-
-def test_cpu_capability_does_not_change_bits() -> None:
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        pytest.skip("this CPU has no AVX2 to compare against the default kernels")
-    default, avx2 = run_with_capabilities(["default", "avx2"])
-    assert (default["capability"], avx2["capability"]) == ("DEFAULT", "AVX2")
-    assert default["digest"] == avx2["digest"]
 
 
 # ---------------------------------------------------------------- sampling helpers

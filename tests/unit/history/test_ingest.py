@@ -24,7 +24,7 @@ def test_a_run_is_keyed_by_golden_content_server_version_flags_and_time():
     assert run.golden_key == "a" * 64
     assert run.server_version == "0.5.24"
     assert '"page_size":64' in run.flags and len(run.flags_sha256) == 64
-    assert run.run_at is not None and run.run_at.isoformat() == "2026-11-01T05:00:00"
+    assert run.run_at is not None and run.run_at.isoformat() == "2026-09-01T05:00:00"
 
 
 def test_a_llamacpp_server_is_versioned_by_its_build_info():
@@ -136,3 +136,81 @@ def test_a_file_that_is_not_json_is_refused(tmp_path, content, why):
     path.write_bytes(content)
     with pytest.raises(NotAReport, match=why):
         read_report(path)
+
+
+# --- who served a run, and which run it is ---------------------------------------------------
+
+LAUNCH_A = {"host": "127.0.0.1", "port": 41873, "pid": 4242, "random_seed": 17,
+            "launch_command": "python -m sglang.launch_server --port 41873 --log-dir /tmp/a1",
+            "hicache_storage_dir": "/tmp/golden-scratch-a1", "log_dir": "/tmp/a1"}
+LAUNCH_B = {"host": "10.0.0.7", "port": 52001, "pid": 5151, "random_seed": 99,
+            "launch_command": "python -m sglang.launch_server --port 52001 --log-dir /tmp/b2",
+            "hicache_storage_dir": "/tmp/golden-scratch-b2", "log_dir": "/tmp/b2"}
+
+
+def test_the_flags_key_leaves_out_what_differs_between_two_launches():
+    a, b = records(run_report(flags=LAUNCH_A))[0], records(run_report(flags=LAUNCH_B))[0]
+    assert a.flags_sha256 == b.flags_sha256
+    for word in ("41873", "4242", "launch_server", "scratch", "random_seed", "127.0.0.1"):
+        assert word not in a.flags
+
+
+@pytest.mark.parametrize("setting", [{"page_size": 64}, {"hicache_write_policy": "write_back"},
+                                     {"attention_backend": "fa3"}, {"disable_radix_cache": True},
+                                     {"fault": "host-bf16"}, {"mem_fraction_static": 0.5}])
+def test_the_flags_key_changes_with_a_numerics_or_cache_setting(setting):
+    base = records(run_report(flags=LAUNCH_A))[0]
+    assert records(run_report(flags={**LAUNCH_A, **setting}))[0].flags_sha256 != base.flags_sha256
+
+
+def test_the_launch_profile_is_recorded_beside_the_flags_key():
+    doc = run_report()
+    doc["server_target"] = "launch:sglang-hicache-seed fault=host-bf16"
+    assert records(doc)[0].profile == "sglang-hicache-seed"
+    doc["server_target"] = "http://h200:30000"
+    assert records(doc)[0].profile is None
+    matrix = sample("matrix")
+    assert {r.profile for r in records(matrix)} == set(matrix["matrix"]["profiles"])
+
+
+def test_a_run_is_its_run_id_and_an_old_report_its_digest():
+    doc = run_report()
+    doc["run_id"] = "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e"
+    assert records(doc)[0].run_id == "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e"
+    old = run_report()
+    [run] = records(old)
+    assert run.run_id == "report:" + run.report_sha256
+
+
+@pytest.mark.parametrize("run_id", ["", "a b", "x" * 81, 7, "../etc"])
+def test_a_run_id_that_is_not_one_is_refused(run_id):
+    assert "run_id" in refused({**run_report(), "run_id": run_id})
+
+
+def test_the_client_settings_are_kept():
+    doc = {**run_report(), "client": {"concurrency": 16, "schedule": "lockstep"}}
+    assert records(doc)[0].client == '{"concurrency":16,"schedule":"lockstep"}'
+
+
+@pytest.mark.parametrize("created, why", [
+    ("0001-01-01T00:00:00+00:00", "not a time a replay ran"),
+    ("1999-12-31T23:59:59+00:00", "not a time a replay ran"),
+    ("9999-12-31T00:00:00+00:00", "not a time a replay ran"),
+    ("9999-12-31T23:59:59-05:00", "out of range"),
+    ("0001-01-01T00:00:00+05:00", "out of range"),
+])
+def test_a_date_no_replay_ran_at_is_refused_at_add(created, why):
+    doc = run_report()
+    doc["server_meta"]["created"] = created
+    assert why in refused(doc)
+
+
+def test_a_date_a_day_ahead_is_refused_and_one_now_is_kept():
+    from datetime import datetime, timedelta, timezone
+
+    doc = run_report()
+    now = datetime.now(timezone.utc)
+    doc["server_meta"]["created"] = (now + timedelta(days=2)).isoformat()
+    assert "not a time a replay ran" in refused(doc)
+    doc["server_meta"]["created"] = now.isoformat()
+    assert records(doc)[0].run_at is not None

@@ -1,4 +1,5 @@
-"""What `golden history show` answers, on SQLite and PostgreSQL: the timeline, the first
+"""What `golden history show` answers (on SQLite here, on PostgreSQL in
+tests/integration/test_history_postgres.py): the timeline, the first
 failing server version, flake rates per request and per version, the coverage of hit lengths
 and tiers."""
 
@@ -27,7 +28,7 @@ def test_versions_are_ordered_by_their_numbers():
 def test_the_timeline_is_every_run_oldest_first(history_url):
     doc = history(history_url, run_report(hour=3, failing=("g0/b0/t1",)), run_report(hour=1))
     assert [(r["at"], r["verdict"]) for r in doc["timeline"]] == [
-        ("2026-11-01T01:00:00Z", "pass"), ("2026-11-01T03:00:00Z", "fail")]
+        ("2026-09-01T01:00:00Z", "pass"), ("2026-09-01T03:00:00Z", "fail")]
     assert doc["runs"] == 2 and doc["verdicts"] == {"pass": 1, "fail": 1}
 
 
@@ -117,3 +118,60 @@ def test_a_golden_is_found_by_digest_prefix_or_name(history_url):
         with pytest.raises(UsageError, match="no run of 'other.zarr'"):
             golden_history(store, GoldenSelector("other.zarr"))
     assert by_name["runs"] == by_path["runs"] == 1
+
+
+def test_two_launches_of_one_profile_are_one_setup_so_a_flip_is_flaky(history_url):
+    """Another port, pid, launch command and scratch directory each launch: one flags key."""
+    launch = lambda port: {"port": port, "pid": port + 1, "launch_command": f"serve --port {port}",  # noqa: E731
+                           "hicache_storage_dir": f"/tmp/scratch-{port}"}
+    doc = history(history_url, run_report(hour=0, flags=launch(41001)),
+                  run_report(hour=1, flags=launch(41002), failing=("g2/b1/t1",)))
+    top = doc["requests"][0]
+    assert (top["id"], top["flaky"]) == ("g2/b1/t1", True)
+
+
+def test_the_version_line_counts_exactly_the_flaky_requests(history_url):
+    """A request that failed only under other flags is flaky neither per request nor in its
+    version's count (the two once disagreed: 'flaky requests 1' with no request flaky)."""
+    doc = history(history_url, run_report(hour=0),
+                  run_report(hour=1, failing=("g2/b1/t1",), flags={"page_size": 64}))
+    [version] = doc["versions"]
+    assert version["flaky_requests"] == sum(r["flaky"] for r in doc["requests"]) == 0
+
+
+def _named(doc: dict, name: str, digest: str) -> dict:
+    return {**doc, "golden": name, "golden_sha256": digest}
+
+
+def test_a_golden_s_digest_selects_its_own_runs_only(history_url):
+    """a/t.zarr and b/t.zarr share a file name, not their content: neither counts the other."""
+    with HistoryStore.open(history_url) as store:
+        store.add([r for d in (_named(run_report(hour=0), "a/t.zarr", "a" * 64),
+                               _named(run_report(hour=1, failing=("g0/b0/t1",)), "b/t.zarr", "b" * 64))
+                   for r in records(d)])
+        mine = golden_history(store, GoldenSelector("a/t.zarr", digest="a" * 64))
+        by_prefix = golden_history(store, GoldenSelector("bbbbbbbb"))
+        by_path = golden_history(store, GoldenSelector("b/t.zarr"))
+    assert (mine["runs"], mine["verdicts"]) == (1, {"pass": 1})
+    assert by_prefix["golden_keys"] == by_path["golden_keys"] == ["b" * 64]
+
+
+def test_a_name_several_goldens_had_is_refused_naming_each(history_url):
+    from replay.history.queries import AmbiguousGolden
+
+    with HistoryStore.open(history_url) as store:
+        store.add([r for d in (_named(run_report(hour=0), "a/t.zarr", "a" * 64),
+                               _named(run_report(hour=1), "b/t.zarr", "b" * 64))
+                   for r in records(d)])
+        with pytest.raises(AmbiguousGolden) as exc:
+            golden_history(store, GoldenSelector("t.zarr"))
+    message = str(exc.value)
+    assert "'t.zarr' matches 2 goldens" in message and "\n" not in message
+    assert "aaaaaaaaaaaa (a/t.zarr)" in message and "bbbbbbbbbbbb (b/t.zarr)" in message
+
+
+def test_a_golden_directory_with_no_run_of_its_content_is_not_found_by_its_name(history_url):
+    with HistoryStore.open(history_url) as store:
+        store.add(records(_named(run_report(), "a/t.zarr", "a" * 64)))
+        with pytest.raises(UsageError, match="no run of golden a/t.zarr"):
+            golden_history(store, GoldenSelector("a/t.zarr", digest="c" * 64))

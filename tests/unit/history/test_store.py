@@ -1,22 +1,20 @@
-"""The store, on SQLite and on a real PostgreSQL: what adding keeps, that a report is one run
-however often it is added, that a batch is all or nothing, that concurrent writers lose nothing,
-and that the migrated database is the schema."""
+"""The store (on SQLite here; on a real PostgreSQL, and with concurrent writers:
+tests/integration/test_history_postgres.py): what adding keeps, that a report is one run however
+often it is added, that a batch is all or nothing, and that the migrated database is the schema."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
 
 from replay.history.database import HistoryError, open_engine
 from replay.history.ingest import NotAReport, records
+from replay.history.queries import golden_keys
 from replay.history.schema import metadata
 from replay.history.store import GoldenSelector, HistoryStore
-from tests.support import paths
-from tests.support.history_reports import run_report, sample, write
+from tests.support.history_reports import run_report, sample
 
 
 def add(url: str, *docs: dict) -> tuple[int, int]:
@@ -110,39 +108,11 @@ def test_runs_are_listed_newest_first_and_selected_by_golden(history_url):
         run_report(hour=2, golden_sha256="b" * 64))
     with HistoryStore.open(history_url) as store:
         hours = [r["run_at"].hour for r in store.list_runs()]
-        mine = store.list_runs(golden=GoldenSelector("aaaaaaaa"))
+        mine = store.list_runs(keys=golden_keys(store, GoldenSelector("aaaaaaaa")))
         limited = store.list_runs(limit=1)
     assert hours == [3, 2, 1]
     assert [r["run_at"].hour for r in mine] == [3, 1]
     assert len(limited) == 1 and limited[0]["run_at"].hour == 3
-
-
-ADDER = """
-import sys
-from replay.history.ingest import records, read_report
-from replay.history.store import HistoryStore
-from pathlib import Path
-with HistoryStore.open(sys.argv[1]) as store:
-    for p in sys.argv[2:]:
-        store.add(records(read_report(Path(p))))
-"""
-
-
-def test_concurrent_writers_lose_nothing(history_url, tmp_path):
-    """Four processes add at once, into a history none of them has created yet: each its own
-    five reports and one report they all share. Every run arrives, the shared one once."""
-    shared = write(run_report(hour=999), tmp_path / "shared.json")
-    procs = []
-    for w in range(4):
-        mine = [write(run_report(hour=w * 10 + i), tmp_path / f"w{w}-{i}.json") for i in range(5)]
-        procs.append(subprocess.Popen([sys.executable, "-c", ADDER, history_url, str(shared),
-                                       *map(str, mine)], cwd=paths.REPO,
-                                      stderr=subprocess.PIPE, text=True))
-    errors = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, errors
-    assert counts(history_url) == (21, 21 * 27)
-    kept, counted = tallies(history_url)
-    assert kept == counted
 
 
 def test_the_migrated_database_is_the_schema(history_url):
@@ -193,8 +163,27 @@ def test_pruning_deletes_old_runs_and_recounts_the_tallies(history_url):
     add(history_url, run_report(hour=1, failing=("g0/b0/t1",)), run_report(hour=5),
         run_report(hour=6, golden_sha256="b" * 64))
     with HistoryStore.open(history_url) as store:
-        assert store.prune(datetime(2026, 11, 1, 3)) == 1
+        assert store.prune(datetime(2026, 9, 1, 3)) == 1
         assert [r["run_at"].hour for r in store.list_runs()] == [6, 5]
     assert counts(history_url) == (2, 54)
     kept, counted = tallies(history_url)
     assert kept == counted and sum(n for n, _ in kept[0].values()) == 54
+
+
+def test_two_runs_alike_in_all_but_their_run_id_are_two_runs(history_url):
+    """Two replays that finish in the same second write the same document but for their run
+    id: both are kept (the report's digest only refuses the same file twice)."""
+    first, second = run_report(hour=1), run_report(hour=1)
+    first["run_id"], second["run_id"] = "run-one", "run-two"
+    assert add(history_url, first, second) == (2, 0)
+    assert add(history_url, first) == (0, 1)
+    assert counts(history_url) == (2, 54)
+
+
+def test_a_run_id_held_with_other_content_is_refused_and_nothing_is_added(history_url):
+    held = {**run_report(hour=1), "run_id": "run-one"}
+    add(history_url, held)
+    edited = {**run_report(hour=1, failing=("g0/b0/t1",)), "run_id": "run-one"}
+    with pytest.raises(NotAReport, match="run run-one is in the history already, with other"):
+        add(history_url, {**run_report(hour=2), "run_id": "run-two"}, edited)
+    assert counts(history_url) == (1, 27)

@@ -13,7 +13,7 @@ from cli.main import exits_cleanly
 from cli.update_cmd import update
 from replay.golden.store import read_golden
 from replay.jobs.update import CHANGED, ERROR, UNCHANGED, UpdateOptions, find_goldens, update_goldens
-from tests.data.fake_servers.helpers import SMALL, fake_profile, record_golden
+from tests.data.fake_servers.helpers import SMALL, record_golden
 from tests.support.stub_server import StubConfig, StubServer
 
 runner = CliRunner()
@@ -125,16 +125,6 @@ def test_cli_shows_the_diff_and_exit_codes(goldens, tmp_path):
     assert real.exit_code == 0, real.output
     assert f"changed (replacing it): {a}" in real.output
     assert "2 golden(s): 1 changed and replaced, 1 unchanged, 0 error(s)" in real.output
-
-
-def test_cli_with_a_launched_reference(goldens, tmp_path):
-    d, _, _ = goldens
-    profile = fake_profile(tmp_path, "healthy_stub.py", name="ref", args=("--no-radix",))
-    result = runner.invoke(update_app(), ["update", str(d), "--launch", profile, "--log-dir",
-                                          str(tmp_path / "logs"), "-q"])
-    assert result.exit_code == 0, result.output
-    assert "2 golden(s): 0 changed and replaced, 2 unchanged, 0 error(s)" in result.output
-    assert (tmp_path / "logs" / "ref.log").exists()
 
 
 @pytest.mark.parametrize("args, message", [

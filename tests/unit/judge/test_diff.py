@@ -166,3 +166,50 @@ def test_identical_outputs_take_the_short_path_and_report_like_the_full_one():
                                              full.token_position, full.max_ulp, full.mean_kl,
                                              full.passed)
     assert short.abs_delta.size == full.abs_delta.size == 0
+
+
+def test_an_unknown_policy_kind_is_refused_on_construction():
+    with pytest.raises(UsageError, match="invalid policy kind 'fuzzy'"):
+        Policy("fuzzy")
+
+
+@pytest.mark.parametrize("text", ["exact", "kl:0.5", "ulp:3"])
+def test_identical_values_pass_every_policy(text):
+    assert Policy.parse(text).passes(identical=True, comparable=False, mean_kl=float("nan"),
+                                     max_ulp=2**40)
+
+
+@pytest.mark.parametrize("text", ["exact", "kl:1e9", "ulp:1000000"])
+def test_values_that_are_not_comparable_fail_every_policy(text):
+    assert not Policy.parse(text).passes(identical=False, comparable=False, mean_kl=0.0,
+                                         max_ulp=0)
+
+
+def test_exact_fails_any_difference_however_small():
+    assert not EXACT.passes(identical=False, comparable=True, mean_kl=0.0, max_ulp=0)
+
+
+def test_kl_bounds_the_mean_kl_and_refuses_a_nan():
+    kl = Policy.parse("kl:0.5")
+    assert kl.passes(identical=False, comparable=True, mean_kl=0.5, max_ulp=2**40)
+    assert not kl.passes(identical=False, comparable=True, mean_kl=0.6, max_ulp=0)
+    assert not kl.passes(identical=False, comparable=True, mean_kl=float("nan"), max_ulp=0)
+
+
+def test_ulp_bounds_the_distance_and_needs_the_same_top_k_members():
+    ulp = Policy.parse("ulp:3")
+    assert ulp.passes(identical=False, comparable=True, mean_kl=9.0, max_ulp=3)
+    assert not ulp.passes(identical=False, comparable=True, mean_kl=0.0, max_ulp=4)
+    assert not ulp.passes(identical=False, comparable=True, mean_kl=0.0, max_ulp=1,
+                          same_members=False)
+
+
+@pytest.mark.parametrize("text", ["exact", "kl:1e-30", "kl:1", "ulp:1", "ulp:2"])
+def test_the_prompt_and_the_output_diff_judge_the_same_drift_alike(text):
+    from replay.judge.diff import diff_prompt_logprobs
+
+    g, r = outputs(), outputs()
+    r.logprobs[3] = one_ulp_up(one_ulp_up(r.logprobs[3]))
+    policy = Policy.parse(text)
+    assert (diff_outputs(g, r, policy).passed
+            == diff_prompt_logprobs(g.logprobs, r.logprobs, policy).passed)

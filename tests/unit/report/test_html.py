@@ -1,8 +1,8 @@
 """The HTML report: what the page shows, that it escapes, that it never reaches the network.
 
 Unit tests render the sample reports in tests/data/reports (made by replaying the protocol stub
-with faults injected) and hand-made edge cases. The browser tests run Debian's chromium headless:
-they skip, saying why, only when chromium is not installed.
+with faults injected) and hand-made edge cases. The page in a real browser (Debian's chromium,
+headless): tests/integration/test_browser.py.
 """
 
 from __future__ import annotations
@@ -11,12 +11,8 @@ import copy
 import json
 import random
 import re
-import shutil
-import subprocess
-from dataclasses import dataclass
 from html.parser import HTMLParser
 from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -471,107 +467,3 @@ def test_command_reports_an_unwritable_output(tmp_path):
     res = runner.invoke(cli_app(), ["report", str(DATA / "passing.json"), "-o",
                                     str(tmp_path / "no-such-dir" / "r.html")])
     assert res.exit_code == 2 and "cannot write" in res.output
-
-
-# ---------------------------------------------------------------------------------------------
-# In a real browser
-
-
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync",
-                  "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium): the real-browser "
-                    "checks of the HTML report did not run")
-    return path
-
-
-@dataclass
-class Visit:
-    dom: str  # after the page's scripts ran
-    requests: list[str]  # URLs the network stack was asked for on the page's behalf
-    console: list[str]  # console messages, among them every load a CSP refused
-
-
-def browse(chromium: str, page: Path, work: Path) -> Visit:
-    """Load the page headless and offline (every host name resolves to nothing)."""
-    netlog = work / "netlog.json"
-    cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'profile'}",
-           f"--log-net-log={netlog}", "--dump-dom", page.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
-    return Visit(proc.stdout, page_requests(json.loads(netlog.read_text())), console)
-
-
-def page_requests(netlog: dict[str, Any]) -> list[str]:
-    """URL requests started on behalf of the page, from Chromium's network log. Chromium's own
-    housekeeping (update checks, time sync) has no initiator ("not an origin") and no file://
-    isolation key; anything else, whatever its shape, counts against the page."""
-    start = netlog["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    urls = []
-    for event in netlog["events"]:
-        params = event.get("params") or {}
-        if event.get("type") != start or "url" not in params:
-            continue
-        housekeeping = (params.get("initiator") == "not an origin"
-                        and "file://" not in str(params.get("network_isolation_key", "")))
-        if not housekeeping:
-            urls.append(str(params["url"]))
-    return urls
-
-
-def attempted(visit: Visit) -> str:
-    """Every load the page attempted: sent to the network, or refused by its CSP."""
-    refused = [line for line in visit.console if "Content Security Policy" in line]
-    return "\n".join(visit.requests + refused)
-
-
-def test_browser_runs_the_page_and_it_loads_nothing(chromium, tmp_path):
-    """A failing report with a matrix alongside: every part of the page, in one browser run."""
-    doc = sample("failing")
-    doc["matrix"] = sample("matrix")["matrix"]
-    page = tmp_path / "report.html"
-    write_html(doc, page)
-    visit = browse(chromium, page, tmp_path)
-    assert visit.requests == [] and visit.console == []  # no load, no CSP report, no JS error
-    dom = visit.dom
-    assert 'data-js="ready"' in dom  # the inline script ran to its end
-    assert 'id="keys-hint" hidden' not in dom  # and revealed the keyboard hint
-    toggle = re.search(r'<label( hidden)?><input type="checkbox" class="only-failing-toggle"', dom)
-    assert toggle and toggle[1] is None  # and the grid's 'only failing' switch
-    assert len(re.findall(r'<section class="card req" id="r-', dom)) == 4
-    assert dom.count('<svg class="tree"') == 4 and dom.count('<svg class="hist"') == 4
-    assert dom.count('class="chart ulp"') == 3 + 2
-    assert 'id="matrix-grid-table"' in dom and 'data-verdict="fail"' in dom
-
-
-LEAKS = ("s.css", "s.js", "i.png", "v.png", "f.woff2", "fetched")
-
-
-@pytest.mark.parametrize("with_csp", [False, True], ids=["no-csp", "report-csp"])
-def test_browser_check_sees_every_kind_of_load(chromium, tmp_path, with_csp):
-    """The checks above are only worth something if they see each way a page can fetch: in the
-    network log without a CSP, as a CSP report with the report's own policy."""
-    csp = re.search(r'<meta http-equiv="Content-Security-Policy"[^>]*>', render_html({}))
-    assert csp
-    leaky = tmp_path / "leaky.html"
-    leaky.write_text(
-        f'<!DOCTYPE html><html><head>{csp[0] if with_csp else ""}'
-        '<link rel="stylesheet" href="https://leak.invalid/s.css">'
-        "<style>@font-face{font-family:F;src:url(http://leak.invalid/f.woff2)}"
-        'body{font-family:F}</style><script src="http://leak.invalid/s.js"></script></head>'
-        '<body>x<img src="http://leak.invalid/i.png"><svg><image href="http://leak.invalid/v.png"'
-        ' width="9" height="9"/></svg><script>fetch("http://leak.invalid/fetched").catch(()=>0);'
-        "</script></body></html>")
-    visit = browse(chromium, leaky, tmp_path)
-    seen = attempted(visit)
-    for name in LEAKS:
-        assert f"leak.invalid/{name}" in seen, (name, seen)
-    assert bool(visit.requests) != with_csp

@@ -252,3 +252,28 @@ def test_one_shard_without_hits_does_not_fail_a_merge_that_hit(shards):
     _, parts, _ = shards
     merged = merge_reports([parts[0], parts[1], zero_hits(parts[2], None)])
     assert merged["no_cache_hits"] is False and merged["hit_problem"] is None
+
+
+def _differences(a: object, b: object, path: str = "") -> list[str]:
+    """Every key path at which two documents differ (values, or a key only one has)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        found = [f"{path}{k}" for k in set(a) ^ set(b)]
+        for k in set(a) & set(b):
+            found += _differences(a[k], b[k], f"{path}{k}.")
+        return found
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}{i}.")]
+    return [] if a == b else [path.rstrip(".")]
+
+
+def test_a_merged_document_is_the_unsharded_document_key_for_key(shards):
+    """The one builder writes both: over every key, the merge of three shards says what the
+    replay of the whole golden says, but for the merge's own record (merged_from), its run id
+    and the replay server's clock."""
+    _, parts, whole = shards
+    merged = merge_reports(parts)
+    assert sorted(_differences(whole, merged)) == ["merged_from", "run_id",
+                                                   "server_meta.created"] or sorted(
+        _differences(whole, merged)) == ["merged_from", "run_id"]
+    assert [m["run_id"] for m in merged["merged_from"]] == [p["run_id"] for p in parts]
+    assert merged["run_id"] not in {p["run_id"] for p in parts}

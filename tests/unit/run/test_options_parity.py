@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from cli.options import REPLAY_FLAGS, takes_replay_options
 from replay.jobs import pytest_plugin, session
-from replay.jobs.minimize import Candidate, Judgement, Result
-from replay.jobs.minimize_session import Failure, MinimizeSettings, repro_script
+from replay.jobs.minimize.search import Candidate, Judgement, Result
+from replay.jobs.minimize.session import Failure, MinimizeSettings, repro_script
 from replay.run.replayer import ReplayOptions, option_flag, replay_argv
 
 FIELDS = [f.name for f in fields(ReplayOptions)]

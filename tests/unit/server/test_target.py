@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from replay.server.target import ServerTarget
@@ -26,10 +28,18 @@ def test_a_target_names_its_server_without_credentials():
     assert ServerTarget(profile="/some/dir/mine.toml").label == "launch:mine"
 
 
-def test_a_running_server_is_served_as_given(tmp_path):
-    with ServerTarget(url="http://127.0.0.1:1", log_dir=tmp_path).serving() as url:
+def test_a_running_server_is_served_as_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with ServerTarget(url="http://127.0.0.1:1").serving() as url:
         assert url == "http://127.0.0.1:1"
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.iterdir())  # no log directory: nothing was launched
+
+
+@pytest.mark.parametrize("given, flag", [({"model": "m"}, "--model"),
+                                         ({"log_dir": Path("elsewhere")}, "--log-dir")])
+def test_a_model_or_log_dir_for_a_running_server_is_refused_not_ignored(given, flag):
+    with pytest.raises(UsageError, match=f"{flag} applies only with --launch"):
+        ServerTarget(url="http://127.0.0.1:1", **given)
 
 
 def test_a_launch_checks_the_model_before_starting_anything(tmp_path):

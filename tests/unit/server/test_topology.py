@@ -8,6 +8,7 @@ from replay.server.topology import (
     RoutedURL, Topology, Worker, builtin_topology_names, is_topology, load_topology,
     parse_topology, read_attribution,
 )
+from replay.server.profile import load_profile
 from replay.utils.errors import UsageError
 from tests.support import paths
 
@@ -39,11 +40,15 @@ def test_a_missing_router_log_attributes_nothing(tmp_path):
 def test_builtin_topologies_load_and_name_a_real_worker_profile():
     names = builtin_topology_names()
     assert {"router-cache-aware", "router-round-robin",
-            "router-round-robin-shared-storage"} <= set(names)
+            "router-round-robin-shared-storage", "pd-cpu", "pd-cpu-hicache"} <= set(names)
     for name in names:
         topology = load_topology(name)
         assert is_topology(name) and topology.workers >= 2
-        assert topology.worker_profile.startswith("embedded-")
+        if topology.kind == "router":
+            assert topology.worker_profile.startswith("embedded-")
+        else:
+            assert load_profile(topology.prefill_profile).name.startswith("pd-cpu-prefill")
+            assert load_profile(topology.decode_profile).name == "pd-cpu-decode"
 
 
 def test_a_plain_server_profile_is_not_a_topology():

@@ -239,12 +239,26 @@ def test_prompt_logprobs_are_read_after_the_start_token():
     ids = np.array([7, 8, 9, 10])
     text = json.dumps({"meta_info": {"input_token_logprobs": [
         [None, 8, None], [-0.5, 9, None], [-1.25, 10, None]]}})
-    assert parse_prompt_logprobs(text, "r", ids, 1).tolist() == [-0.5, -1.25]
+    values, misreported = parse_prompt_logprobs(text, "r", ids, 1)
+    assert values.tolist() == [-0.5, -1.25] and misreported == ()
+
+
+def test_a_prompt_id_reported_other_than_sent_is_named_not_refused():
+    """SGLang reports the vocabulary's last id as 0: the values are the sent tokens', so the
+    answer is read, and the id it got wrong is named (docs/findings/sglang-ids.md)."""
+    from replay.server.apis.base import MisreportedId
+    from replay.server.apis.sglang_parse import parse_prompt_logprobs
+    text = json.dumps({"meta_info": {"input_token_logprobs": [
+        [None, 8, None], [-0.5, 0, None], [-1.25, 10, None]]}})
+    values, misreported = parse_prompt_logprobs(text, "r", np.array([7, 8, 4095, 10]), 1)
+    assert values.tolist() == [-0.5, -1.25]
+    assert misreported == (MisreportedId(position=2, sent=4095, reported=0),)
 
 
 @pytest.mark.parametrize("entries", [
     [[None, 8, None], [-0.5, 9, None]],  # one short
-    [[None, 8, None], [-0.5, 99, None], [-1.25, 10, None]],  # another token
+    [[None, 8, None], [-0.5, "9", None], [-1.25, 10, None]],  # an id that is no int
+    [[None, 8, None], [-0.5, -3, None], [-1.25, 10, None]],  # a negative id
     [[None, 8, None], ["x", 9, None], [-1.25, 10, None]],  # not a number
 ])
 def test_prompt_logprobs_that_break_the_protocol_are_refused(entries):

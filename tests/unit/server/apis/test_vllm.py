@@ -1,6 +1,7 @@
 """The vLLM adapter (`--api vllm`) against answers recorded from a real vLLM 0.32.0 CPU server
 (tests/data/apis/vllm/: the tiny Llama of scripts/make_tiny_hf_models.py, served by the
-vllm-reference and vllm-prefix-cache profiles; /server_info trimmed to vllm_config and vllm_env).
+vllm-reference and vllm-prefix-cache profiles; /server_info trimmed to vllm_config and vllm_env),
+and the adapter conformance suite on the exchanges scripts/capture_vllm_answers.py captured.
 The recorded answers are served by a small aiohttp app, so the adapter's real HTTP path runs."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from replay.server.connection import Connection
 from replay.server.transport import ServerClient
 from replay.utils.errors import ServerError
 from tests.support import paths
+from tests.unit.server.apis.conformance import AdapterConformance, Capture
 
 DATA = paths.DATA / "apis" / "vllm"
 
@@ -240,3 +242,33 @@ def test_detection_is_not_fooled_by_vllm_answering_server_info():
 
 def test_detection_knows_vllm_without_dev_mode_by_its_models_list():
     assert run(RecordedVllm(dev_mode=False), lambda conn: detect_api(conn.client)) == "vllm"
+
+
+# ---------------------------------------------------------------- the adapter conformance suite
+
+SERVED = ("vllm-tiny-llama__server_info", "vllm-tiny-llama__v1_models", "vllm-tiny-llama__version")
+
+
+class TestVllmConformance(AdapterConformance):
+    """Against vLLM 0.32.0's CPU server (vllm-prefix-cache serving the tiny Llama; captured by
+    scripts/capture_vllm_answers.py): a salted reference, a first turn, its extension that hit
+    three cached blocks, and the extension with top-0."""
+
+    api_name = "vllm"
+    captures = tuple(Capture(f"vllm-tiny-llama__{name}", top_k, SERVED) for name, top_k in (
+        ("completion_reference", 3), ("completion_first", 3), ("completion_cached_extend", 3),
+        ("completion_top0", 0)))
+    vocab_size = 2048
+    learned_keys = frozenset({"model"})  # the served model's id, learned by `prepare`
+    fresh_keys = frozenset({"cache_salt"})  # a reference's salt, fresh on every request
+    derived_keys = {"disable_radix_cache": "enable_prefix_caching"}
+
+    def sent(self, body: dict[str, Any]) -> tuple[np.ndarray, int, bool]:
+        return np.array(body["prompt"], np.int32), body["max_tokens"], "cache_salt" in body
+
+
+def test_the_captured_extension_hit_the_prefix_cache_in_whole_blocks():
+    answer = paths.DATA / "apis" / "vllm-tiny-llama__completion_cached_extend.json"
+    c = VllmApi().parse(json.loads(answer.read_text()), "g0/b0/t1", max_new_tokens=6, top_k=3,
+                        vocab_size=2048)
+    assert c.cached_tokens == 384  # three blocks of 128 of the 400-token first turn

@@ -2,7 +2,7 @@
 
 `minimize_golden` starts the server once (a URL, or a launch profile kept up for the whole
 search), establishes what "fails the same way" means (`Failure`: a failure class, from the failing
-report or a first replay), lets `replay.jobs.minimize.Search` reduce the replay, judging each candidate
+report or a first replay), lets `replay.jobs.minimize.search.Search` reduce the replay, judging each candidate
 by replaying its sub-golden through the session layer (`replay_golden` flushes the cache before
 each repeat, so every candidate starts from an empty cache), and writes the output directory:
 `golden.zarr` (the sub-golden), `report.json` (its failing replay), `repro.sh` and
@@ -22,12 +22,12 @@ from replay.server.transport import ClientOptions
 from replay.utils.errors import GoldenError, UsageError
 from replay.golden.model import Golden, subset_golden
 from replay.golden.store import read_golden, write_golden
-from replay.jobs.minimize import Budget, Candidate, Judgement, NotFailing, Progress, Result, Search
+from replay.jobs.minimize.search import Budget, Candidate, Judgement, NotFailing, Progress, Result, Search
 from replay.run.replayer import ReplayOptions, replay_argv
 from replay.report.document import SCHEMA as REPORT_SCHEMA
 from replay.report.files import json_text, write_atomic
-from replay.jobs.minimize_output import MARKER, staged_out_dir
-from replay.jobs.repro_script import repro_sh, script_secrets
+from replay.jobs.minimize.output import MARKER, staged_out_dir
+from replay.jobs.minimize.repro_script import repro_sh, script_secrets
 from replay.jobs.session import known_secrets, replay_golden
 from replay.utils.redact import scrubbed_errors
 from replay.server.target import ServerTarget
@@ -251,7 +251,7 @@ def minimize_record(golden: Golden, golden_path: Path, target: ServerTarget,
 
 def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Result,
                  failure: Failure) -> str:
-    """repro.sh (replay/jobs/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
+    """repro.sh (replay/jobs/minimize/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
     c = result.final
     final = replace(settings.options, schedule=c.schedule, repeat=c.repeat)
     options = ["--api", settings.api, *replay_argv(final), "--concurrency", str(c.concurrency)]

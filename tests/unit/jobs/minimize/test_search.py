@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.utils.errors import UsageError
-from replay.jobs.minimize import Budget, Candidate, Judgement, NotFailing, Search, ddmin, parse_budget
-from replay.jobs.minimize_session import Failure, request_class
+from replay.jobs.minimize.search import Budget, Candidate, Judgement, NotFailing, Search, ddmin, parse_budget
+from replay.jobs.minimize.session import Failure, request_class
 from replay.golden.scenario import ScenarioSpec, build_plan
 from replay.golden.tree import input_ids, subset, with_ancestors
 
