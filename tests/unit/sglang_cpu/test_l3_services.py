@@ -40,10 +40,15 @@ def test_a_service_without_its_scratch_directory_says_what_is_missing(monkeypatc
         l3_services.service_dir()
 
 
-def test_a_service_that_exits_before_it_listens_is_an_error():
-    import subprocess
-    import sys
+class Exited:
+    """A service process that has already exited with code 3."""
 
-    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    returncode = 3
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def test_a_service_that_exits_before_it_listens_is_an_error():
     with pytest.raises(SystemExit, match="exited with code 3 before it listened"):
-        l3_services.wait_listening(proc, l3_services.free_port(), "fake")
+        l3_services.wait_listening(Exited(), l3_services.free_port(), "fake")
