@@ -7,7 +7,7 @@ own clear (POST /hicache/storage-backend/clear). What is asserted is what was se
 
 - file, mooncake (its own master, TCP), hf3fs (SGLang's metadata server, mock client) and nixl
   (POSIX plugin) replay bit for bit with storage-tier hits;
-- mooncake's clear leaves every object read or written within its lease (10 s) in the store, so
+- mooncake's clear leaves every object read within its lease (10 s) in the store, so
   repeat 2's first branches are served from L3 (the report's warning says so);
 - sim stores keys only and serves no bytes: the replay fails exactly where it served a hit;
 - shm never serves from L3 (a stub): the replay fails `--require-tier storage`;
@@ -143,8 +143,8 @@ def test_the_backends_own_clear_empties_l3_before_each_repeat(backends, backend)
 
 def test_mooncakes_clear_keeps_the_objects_its_lease_protects(backends):
     """MooncakeStore.clear() calls remove_all() without force: Mooncake's master then removes
-    only objects whose lease (default_kv_lease_ttl, 10 s after the last read or write) has
-    expired, and SGLang reports the store cleared. The replay's first branches of repeat 2 are
+    only objects whose lease (default_kv_lease_ttl, 10 s after the last read) has expired, and
+    SGLang reports the store cleared (scripts/sglang_cpu/mooncake_clear_repro.py shows it alone). The replay's first branches of repeat 2 are
     served from L3 (still bit for bit: the objects are the same pages)."""
     run = backends["mooncake"]
     doc = run["prompt"].doc
