@@ -27,7 +27,7 @@ from replay.server.launch import launched
 from replay.server.profile import load_profile
 from replay.sglang_cpu.locate import install_hint
 from replay.sglang_cpu.patches import LOG_PREFIX
-from tests.e2e.sglang_cpu.conftest import STAMP, Replayed, replay, requests
+from tests.support.sglang_cpu import STAMP, Replayed, replay, requests
 
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
 
