@@ -48,7 +48,8 @@ ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"
 DEFAULT_ROUTER_VENV = Path.home() / ".cache" / "golden-replay" / "router-venv"
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
 TOPOLOGY_KEYS = {"description", "kind", "workers", "worker_profile", "policy", "fault_worker",
-                 "shared_storage", "router_args", "startup_timeout", "worker_args", "worker_env"}
+                 "shared_storage", "router_args", "startup_timeout", "worker_args", "worker_env",
+                 "worker_startup_timeout"}
 INSTALL_HINT = "bash scripts/install_router.sh"
 
 
@@ -64,6 +65,7 @@ class TopologyProfile:
     router_args: tuple[str, ...] = ()
     worker_args: tuple[str, ...] = ()  # appended to each worker's argv, `{worker}` filled
     worker_env: Mapping[str, str] = field(default_factory=dict)  # set in each worker's env
+    worker_startup_timeout: float | None = None  # a worker's health + warm-up; None: its profile's
     startup_timeout: float = 120.0  # seconds for the router to see every worker healthy
     kind: str = "router"  # N interchangeable workers (PD topologies: PDTopologyProfile)
 
@@ -210,7 +212,9 @@ def parse_topology(text: str, *, name: str) -> AnyTopologyProfile:
             shared_storage=shared,
             router_args=tuple(str(a) for a in table.get("router_args", ())),
             startup_timeout=float(table.get("startup_timeout", 120.0)),
-            worker_args=worker_args, worker_env=worker_env)
+            worker_args=worker_args, worker_env=worker_env,
+            worker_startup_timeout=(float(table["worker_startup_timeout"])
+                                    if "worker_startup_timeout" in table else None))
     except KeyError as exc:
         raise UsageError(f"topology {name!r}: missing key {exc.args[0]}") from None
     except (TypeError, ValueError) as exc:
@@ -256,15 +260,13 @@ def launched_topology(topology: AnyTopologyProfile, *, model: str | None, log_di
     worker healthy; always stop them all (router first). `extra_env` goes to every process (over
     a topology's `worker_env`: a caller's rule such as NVLink multicast off wins), the
     `attention_backend` to every worker of a router topology (its profile must take one)."""
-    if isinstance(topology, PDTopologyProfile):
-        if attention_backend:
-            raise UsageError("--attention-backend does not apply to a PD topology")
-        return _launched_pd(topology, model=model, log_dir=Path(log_dir), fault=fault,
-                            extra_args=extra_args, notify=notify, api_key=api_key,
-                            extra_env=extra_env or {})
-    return _launched_workers(topology, model=model, log_dir=Path(log_dir), fault=fault,
-                             extra_args=extra_args, notify=notify, api_key=api_key,
-                             extra_env=extra_env or {}, attention_backend=attention_backend)
+    given = dict(model=model, log_dir=Path(log_dir), fault=fault, extra_args=extra_args,
+                 notify=notify, api_key=api_key, extra_env=extra_env or {})
+    if not isinstance(topology, PDTopologyProfile):
+        return _launched_workers(topology, attention_backend=attention_backend, **given)
+    if attention_backend:
+        raise UsageError("--attention-backend does not apply to a PD topology")
+    return _launched_pd(topology, **given)
 
 
 @contextlib.contextmanager
@@ -273,6 +275,8 @@ def _launched_workers(topology: TopologyProfile, *, model: str | None, log_dir: 
                       api_key: str | None, extra_env: Mapping[str, str],
                       attention_backend: str | None) -> Iterator[RoutedURL]:
     worker_profile = load_profile(topology.worker_profile)
+    if topology.worker_startup_timeout:
+        worker_profile = replace(worker_profile, startup_timeout=topology.worker_startup_timeout)
     if attention_backend:  # one that the workers cannot take: refused before anything starts
         check_values(worker_profile, model=model, fault=None, attention_backend=attention_backend)
     log_dir.mkdir(parents=True, exist_ok=True)

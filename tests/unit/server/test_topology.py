@@ -123,7 +123,7 @@ def fake_launches(monkeypatch) -> list[tuple[str, dict]]:
 
     @contextlib.contextmanager
     def launched(profile, **kw):
-        calls.append((profile.name, kw))
+        calls.append((profile.name, {**kw, "profile": profile}))
         yield f"http://127.0.0.1:{1000 + len(calls)}"
 
     monkeypatch.setattr(module, "launched", launched)
@@ -152,6 +152,7 @@ def test_each_gpu_worker_is_launched_on_its_gpu_with_the_callers_env_winning(tmp
     assert all(kw["attention_backend"] == "triton" and kw["extra_args"] == ["--x"]
                for _, kw in workers)
     assert router[0].endswith("-router") and router[1]["extra_env"] == imposed
+    assert [kw["profile"].startup_timeout for _, kw in workers] == [1200, 1200]  # the profile's
 
 
 def test_worker_i_gets_gpu_i_when_the_caller_imposes_no_gpu(tmp_path, monkeypatch):
@@ -178,3 +179,16 @@ def test_an_attention_backend_the_workers_cannot_take_is_refused_before_anything
         launched_topology(load_topology("pd-cpu"), model="M", log_dir=tmp_path,
                           attention_backend="triton")
     assert calls == []
+
+
+def test_a_worker_start_limit_replaces_the_worker_profiles_own(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from replay.server.topology import launched_topology
+
+    calls = fake_launches(monkeypatch)
+    topology = replace(load_topology("router-cache-aware-gpu"), worker_startup_timeout=240.0)
+    with launched_topology(topology, model="M", log_dir=tmp_path):
+        pass
+    assert [c[1]["profile"].startup_timeout for c in calls[:2]] == [240.0, 240.0]
+    assert load_profile("sglang-hicache-seed").startup_timeout == 1200
