@@ -16,3 +16,7 @@ SGLANG_FRONTEND_PACKAGES=(
 # cannot be imported without NVIDIA's driver); its engine.so links libibverbs.so.1 (Debian's
 # libibverbs1) even for TCP.
 MOONCAKE_PIN="mooncake-transfer-engine-non-cuda==0.3.13.post1"
+# SGLang's router (a Rust load balancer with cache-aware routing) for the topologies
+# (docs/topologies.md): installed by install_router.sh in its own venv, and carried to a GPU
+# device by gpu_sglang/build_carry.sh --with-router (docs/gpu.md, "Two GPUs").
+ROUTER_PIN="sglang-router==0.3.2"
