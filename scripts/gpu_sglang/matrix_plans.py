@@ -112,6 +112,8 @@ GOLDENS = (
 CPU_GOLDENS = (Golden("prompt", "cpu-prompt-reuse", "reference", order=INTERLEAVE),
                Golden("branching", "cpu-branching", "reference"),
                Golden("branching-cached", "cpu-branching", "cached", reference="cached"))
+EMBEDDED_REFERENCES = (Server("reference", "embedded-reference"),
+                       Server("cached", "embedded-radix"), Server("control", "embedded-radix"))
 PLANS = {
     "h200": Plan(
         servers=(Server("reference", "sglang-reference", GPU_ARGS + BIG_POOL),
@@ -190,13 +192,8 @@ PLANS = {
     ),
     # The quickest rehearsal: the embedded engine's profiles (exact by construction: all pass).
     "embedded": Plan(
-        servers=(
-            Server("reference", "embedded-reference"),
-            Server("cached", "embedded-radix"),
-            Server("control", "embedded-radix"),
-            Server("seed", "embedded-hicache"),
-            Server("file", "embedded-hicache-storage"),
-        ),
+        servers=(*EMBEDDED_REFERENCES, Server("seed", "embedded-hicache"),
+                 Server("file", "embedded-hicache-storage")),
         goldens=CPU_GOLDENS,
         tested=("seed", "file"),
         prompt_only=("prompt",),
@@ -206,13 +203,8 @@ PLANS = {
     # h200x2-dp's shape on the embedded engine and the real router (a rehearsal, no GPU): two
     # embedded HiCache workers behind cache_aware routing, without and with a shared L3.
     "embedded-dp": Plan(
-        servers=(
-            Server("reference", "embedded-reference"),
-            Server("cached", "embedded-radix"),
-            Server("control", "embedded-radix"),
-            Server("dp", "router-cache-aware"),
-            Server("dp-shared", "router-cache-aware-shared-storage"),
-        ),
+        servers=(*EMBEDDED_REFERENCES, Server("dp", "router-cache-aware"),
+                 Server("dp-shared", "router-cache-aware-shared-storage")),
         goldens=CPU_GOLDENS,
         tested=("dp", "dp-shared"),
         prompt_only=("prompt",),
