@@ -5,7 +5,8 @@
 # pinned as a constraint: an unpinned torch would pull the multi-GB CUDA build SGLang pins), and
 # sgl-kernel's CPU extension built from source with torch.utils.cpp_extension: only the kvcache
 # ops a Llama reaches (scripts/sglang_cpu/build_kernel.py), from the vendored source
-# (vendor/, Apache-2.0; no wheel or sdist exists) unless told otherwise.
+# (vendor/, Apache-2.0; no wheel or sdist exists) unless told otherwise; and the packages of the
+# L3 storage backends that run on a CPU (Mooncake, NIXL, SeaweedFS: scripts/sglang_pins.sh).
 #
 # Where: ${GOLDEN_SGLANG_CPU_VENV:-~/.cache/golden-replay/sglang-cpu-venv}, a venv of its own that
 # sees the environment golden-replay was installed into ($PYTHON, default python3: a venv or the
@@ -22,7 +23,7 @@
 # Safe to run again: a second run compares its stamp and exits at once. `--python` prints the
 # venv's interpreter; `--stamp` the stamp a complete install would record; `--link-only` makes the
 # venv and its .pth and stops (tests of the mechanism use it). The tool itself never needs any of
-# this. Needs gcc and libnuma-dev.
+# this. Needs gcc, libnuma-dev and libibverbs1 (Mooncake's store links it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -61,7 +62,7 @@ TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>
     echo "install_sglang_cpu: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 # What the stamp covers: every input of the environment, the kernel's sources included.
 KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
-WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
+WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN ${NIXL_PINS[*]} ${SEAWEEDFS_PINS[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
 stamp_step "$@"
 
 rm -f "$STAMP"  # a half-made venv must never look installed
@@ -70,8 +71,12 @@ link_only_step "$@"
 CONSTRAINTS="$(torch_constraint "$TORCH")"  # pip must never replace the CPU torch
 "$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "${PACKAGES[@]}"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG[@]}"
-# Mooncake's transfer engine (scripts/sglang_pins.sh): the KV transfer of the pd-* profiles.
-"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$MOONCAKE_PIN"
+# Mooncake (scripts/sglang_pins.sh): the KV transfer of the pd-* profiles and the L3 mooncake
+# backend's store and master; the other L3 backends: SeaweedFS's server and boto3, NIXL's POSIX
+# plugin.
+"$VPY" -m pip install --quiet --disable-pip-version-check -c "$CONSTRAINTS" "$MOONCAKE_PIN" \
+    "${SEAWEEDFS_PINS[@]}"
+"$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "${NIXL_PINS[@]}"
 SITE="$(venv_site "$VENV")"
 rm -rf "$SITE/torchvision"
 cp -r scripts/sglang_stubs/torchvision "$SITE/torchvision"
@@ -108,6 +113,12 @@ from mooncake.engine import TransferEngine  # noqa: F401  (mooncake_tcp; needs l
 assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
 for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
     getattr(torch.ops.sgl_kernel, op)
+from mooncake.store import MooncakeDistributedStore  # noqa: F401,E402  (needs libibverbs1)
+from nixl._api import nixl_agent  # noqa: F401,E402
+import boto3  # noqa: F401,E402
 PY
+for service in mooncake_master weed; do
+    [ -x "$VENV/bin/$service" ] || { echo "install_sglang_cpu: $service is missing" >&2; exit 1; }
+done
 echo "$WANT" > "$STAMP"
 echo "install_sglang_cpu: installed ${SGLANG[*]} in $VENV ($(du -sh "$VENV" | cut -f1), $(( $(date +%s) - START )) s)"

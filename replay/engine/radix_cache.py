@@ -214,7 +214,8 @@ class RadixCache:
                 data = data[:-1]
             self.pool.write_pages(pages[:len(data)], data)
         for node, page in zip(from_storage, pages[len(from_host):]):
-            self.pool.write_pages([page], torch.from_numpy(self.storage.load(node.hash))[None])
+            stored = self.faults.storage_loaded(self.storage.load(node.hash))
+            self.pool.write_pages([page], torch.from_numpy(stored)[None])
         for node, page in zip(from_host + from_storage, pages):
             node.page = page
             self._device.add(node)

@@ -44,6 +44,8 @@ class FaultSetup:
 # Every fault with a need beyond the default (`hicache`, a plain golden, concurrency 16).
 FAULT_SETUPS: Mapping[str, FaultSetup] = MappingProxyType({
     "write-back-early-evict": FaultSetup(profile="hicache-write-back"),
+    # only pages read back from L3 take the path
+    "storage-read-unfilled": FaultSetup(profile="hicache-storage"),
     # the path is the prefill of positions whose prompt logprobs were asked (docs/faults.md)
     "prompt-logprobs-stale-buffer": FaultSetup(scenario=("prompt_logprobs",)),
     # only requests that differ in their cache key alone can be wrongly shared

@@ -48,7 +48,6 @@ def apply_routing(result: ReplayResult, golden: Golden, topology: Topology) -> N
             o.worker = workers[o.repeat]
             served[(o.id, o.repeat)] = o.worker
     explain_routing_misses(result, golden, topology, served, lambda o: o.worker)
-    result.siblings_share_storage = topology.profile.shared_storage
     result.routing = routing_summary(result.outcomes, topology, attributed=len(served))
 
 

@@ -82,21 +82,20 @@ class ReplayResult:
     # a sibling branch): a golden of unrelated single requests can never hit
     replays_a_server: bool = True  # False for `golden diff` (two goldens: no cache was asked)
     routing: dict[str, Any] | None = None  # behind a router: topology, per-worker hit rates
-    # workers share one L3 directory: a turn-0 branch > 0 may reuse its group prefix from there
-    siblings_share_storage: bool = False
     control: dict[str, Any] | None = None  # the control replay's summary (replay/report/control.py)
 
     @property
     def storage_hits_after_clear(self) -> list[dict[str, Any]]:
-        """Turn-0 requests served from L3 storage in a repeat that began by clearing it: the
-        clear did not empty the tier, so the repeat did not start cold."""
+        """First branches (branch 0, turn 0) served from L3 storage in a repeat that began by
+        clearing it: the clear did not empty the tier, so the repeat did not start cold. A later
+        branch may rightly reuse what its group's first branch wrote to L3 in the same repeat
+        (on one server, or through a shared L3), so only first branches tell."""
         if not self.storage_cleared:
             return []
         return [{"id": o.id, "repeat": o.repeat, "storage": o.cached_details.get("storage", 0)}
                 for o in self.outcomes
                 if o.cached_details.get("storage", 0) > 0
-                and (parse_request_id(o.id) or (0, 0, 1))[2] == 0
-                and not (self.siblings_share_storage and (parse_request_id(o.id) or (0, 0, 0))[1] > 0)]
+                and (parse_request_id(o.id) or (0, 1, 1))[1:] == (0, 0)]
 
     @property
     def no_cache_hits(self) -> bool:

@@ -1,7 +1,9 @@
 """`python -m replay.sglang_cpu SGLANG_SERVER_ARGS...`: SGLang 0.5.23's real server on the CPU,
 for testing: its own `launch_server` with its own Scheduler (`run_scheduler_process`), after the
 CPU patches (patches.py) are applied in the scheduler process. The arguments are SGLang's, passed
-through unchanged; `--device cpu` is added when absent.
+through unchanged; `--device cpu` is added when absent. `--golden-l3-service NAME` (ours, taken
+out before SGLang sees the arguments) first starts the server an L3 backend needs
+(l3_services.py) and passes SGLang its address.
 
 Run from any Python: without sglang and sgl_kernel here, the command re-executes itself with the
 interpreter of scripts/install_sglang_cpu.sh's venv, keeping this checkout first on the path.
@@ -46,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 
+    from replay.sglang_cpu.l3_services import split_service, with_service
     from replay.sglang_cpu.patches import log
     from replay.sglang_cpu.scheduler import run_scheduler_process
 
+    service, argv = split_service(argv)
+    if service is not None:
+        _, argv = with_service(service, argv)  # its child: SGLang's shutdown ends it with us
     log("launcher: SGLang's launch_server with replay.sglang_cpu.scheduler.run_scheduler_process "
         "(SGLang's own, after the CPU patches)")
     launch_server(prepare_server_args(server_argv(argv)),

@@ -1,7 +1,7 @@
 """The CPU gaps of SGLang 0.5.23's HiCache, closed; loaded only into a CPU test server.
 
 With `--device cpu` SGLang 0.5.23 runs its Scheduler, ModelRunner, radix cache, HiCache
-controller and host pools unmodified, except for two gaps that make a HiCache server fail on a
+controller and host pools unmodified, except for three gaps that make a HiCache server fail on a
 machine without CUDA:
 
 1. Host-pool allocation: `pool_host/common.py` `ALLOC_MEMORY_FUNCS` has entries for npu, musa and
@@ -13,6 +13,14 @@ machine without CUDA:
    `transfer_kv_all_layer_direct_lf_pf` are imported into the host-pool modules only on
    CUDA/HIP (from sgl-kernel) and XPU, so on a CPU the names are undefined where
    `--hicache-io-backend direct` calls them. The patch binds direct_io.py's ATen ports there.
+3. Pinned staging pages for L3: the host pools are built with `pin_memory=True` (their default;
+   no builder passes it), which on a CPU only reaches `get_dummy_flat_data_page`, the page an L3
+   read lands in before it is copied into the host pool (`torch.zeros(..., pin_memory=True)`:
+   "pin_memory=True requires a CUDA or other accelerator backend"), so every storage prefetch
+   fails and nothing is ever served from L3. Nothing can be pinned on a CPU, so the patch builds
+   the host pools (`HostKVCache` and `MambaPoolHost`, which sets its own) with
+   `pin_memory=False`; elsewhere the flag only matters on CUDA/HIP (registration, pointer
+   tables, destroy), and the allocation is patch 1's.
 
 Every patch prints one line to the server's log (`[golden-replay sglang_cpu] patch: ...`).
 `apply()` is idempotent and refuses to run anywhere but a CPU server.
@@ -77,8 +85,36 @@ def patch_direct_io_ops() -> None:
             log(f"{name}.{op_name} = replay.sglang_cpu.direct_io.{op_name} (ATen slice-copies)")
 
 
+UNPINNED_POOLS = (
+    ("sglang.srt.mem_cache.pool_host.base", "HostKVCache"),
+    ("sglang.srt.mem_cache.pool_host.mamba", "MambaPoolHost"),
+)
+
+
+def unpinned(init):
+    """`init` with `pin_memory=False` whatever the caller passed (keyword-only in both pools)."""
+    def __init__(self, *args, **kwargs):
+        kwargs["pin_memory"] = False
+        init(self, *args, **kwargs)
+    __init__.golden_unpinned = True
+    __init__.__wrapped__ = init
+    return __init__
+
+
+def patch_unpinned_host_pools() -> None:
+    import importlib
+
+    for module_name, class_name in UNPINNED_POOLS:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        if getattr(cls.__dict__["__init__"], "golden_unpinned", False):
+            continue
+        cls.__init__ = unpinned(cls.__dict__["__init__"])
+        log(f"{module_name}.{class_name}.__init__ with pin_memory=False "
+            "(L3 staging pages allocated unpinned)")
+
+
 def apply() -> None:
-    """Close both gaps in this process (the scheduler's: the host pools live there)."""
+    """Close the three gaps in this process (the scheduler's: the host pools live there)."""
     from sglang.srt.utils import is_cpu
 
     if not is_cpu():
@@ -86,3 +122,4 @@ def apply() -> None:
                            "(SGLANG_USE_CPU_ENGINE=1, --device cpu)")
     patch_host_allocation()
     patch_direct_io_ops()
+    patch_unpinned_host_pools()

@@ -36,11 +36,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
 from replay.jobs.session import replay_golden
 from replay.run.replayer import ReplayOptions
 from replay.server.launch import launched
-from replay.server.profile import load_profile
 from replay.server.pd_topology import pd_router_args
 from replay.server.target import ServerTarget
 from replay.server.topology import (
@@ -48,7 +46,6 @@ from replay.server.topology import (
 )
 from replay.server.transport import ClientOptions
 from replay.sglang_cpu.locate import default_venv, install_hint
-from replay.sglang_cpu.tiny_model import write_tiny_llama
 from replay.utils.errors import UsageError
 from tests.support import paths
 
@@ -70,22 +67,14 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(work) -> str:
-    return str(write_tiny_llama(work / "tiny-llama-bf16", seed=0))
+def model(cpu_model) -> str:
+    return cpu_model  # the session's tiny Llama (tests/e2e/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def goldens(work, model) -> dict[str, Path]:
-    """Both scenarios recorded on one reference server (radix cache off, no PD)."""
-    out = {}
-    with launched(load_profile("sglang-cpu-reference"), model=model,
-                  log_path=work / "logs" / "reference.log") as url:
-        for scenario in ("cpu-prompt-reuse", "cpu-branching"):
-            out[scenario] = work / f"{scenario}.zarr"
-            res = runner.invoke(app, ["record", "--server", url, "--scenario", scenario,
-                                      "--out", str(out[scenario]), *ORDER, "--quiet"])
-            assert res.exit_code == 0, res.output
-    return out
+def goldens(cpu_goldens) -> dict[str, Path]:
+    """The session's goldens, recorded on sglang-cpu-reference (radix cache off, no PD)."""
+    return cpu_goldens
 
 
 def replay(url: str, golden: Path, report: Path, **options: Any) -> dict[str, Any]:

@@ -12,90 +12,41 @@ real server on a CPU"):
   same values, so it is not HiCache's: torch's CPU SDPA computes a decode row with other bits than
   the same row of a causal prefill.
 
-Servers run one after another (never two at once: 2 cores), each shared by the whole module.
+Servers run one after another (never two at once: 2 cores), each shared by the whole module; the
+goldens are recorded once per session (conftest.py).
 Needs `bash scripts/install_sglang_cpu.sh` (scripts/test.sh runs it); skipped otherwise.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
 from replay.server.launch import launched
 from replay.server.profile import load_profile
-from replay.sglang_cpu.locate import default_venv, install_hint
+from replay.sglang_cpu.locate import install_hint
 from replay.sglang_cpu.patches import LOG_PREFIX
-from replay.sglang_cpu.tiny_model import write_tiny_llama
+from tests.support.sglang_cpu import STAMP, Replayed, replay, requests
 
-STAMP = default_venv() / ".golden-sglang-cpu-installed"
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
 
-ORDER = ("--concurrency", "1", "--schedule", "interleave")
-runner = CliRunner()
-
-
-@dataclass
-class Replayed:
-    code: int
-    doc: dict[str, Any]
-    output: str
-
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("sglang-cpu")
-
-
-@pytest.fixture(scope="module")
-def model(work) -> str:
-    return str(write_tiny_llama(work / "tiny-llama-bf16", seed=0))
-
-
-@pytest.fixture(scope="module")
-def goldens(work, model) -> dict[str, Path]:
-    """Both scenarios recorded on one reference server (radix cache off)."""
-    out = {}
-    with launched(load_profile("sglang-cpu-reference"), model=model,
-                  log_path=work / "logs" / "reference.log") as url:
-        for scenario in ("cpu-prompt-reuse", "cpu-branching"):
-            out[scenario] = work / f"{scenario}.zarr"
-            res = runner.invoke(app, ["record", "--server", url, "--scenario", scenario,
-                                      "--out", str(out[scenario]), *ORDER, "--quiet"])
-            assert res.exit_code == 0, res.output
-    return out
-
-
-def replay(url: str, golden: Path, report: Path, *extra: str) -> Replayed:
-    res = runner.invoke(app, ["replay", str(golden), "--server", url, "--report", str(report),
-                              *ORDER, "--quiet", *extra])
-    return Replayed(res.exit_code, json.loads(report.read_text()), res.output)
-
-
-@pytest.fixture(scope="module")
-def hicache(work, model, goldens) -> dict[str, Any]:
-    log = work / "logs" / "hicache.log"
-    with launched(load_profile("sglang-cpu-hicache"), model=model, log_path=log) as url:
-        prompt = replay(url, goldens["cpu-prompt-reuse"], work / "hicache-prompt.json",
+def hicache(cpu_work, cpu_model, cpu_goldens) -> dict[str, Any]:
+    log = cpu_work / "logs" / "hicache.log"
+    with launched(load_profile("sglang-cpu-hicache"), model=cpu_model, log_path=log) as url:
+        prompt = replay(url, cpu_goldens["cpu-prompt-reuse"], cpu_work / "hicache-prompt.json",
                         "--repeat", "2", "--require-tier", "host")
-        branching = replay(url, goldens["cpu-branching"], work / "hicache-branching.json")
+        branching = replay(url, cpu_goldens["cpu-branching"], cpu_work / "hicache-branching.json")
     return {"prompt": prompt, "branching": branching, "log": log.read_text()}
 
 
 @pytest.fixture(scope="module")
-def radix(work, model, goldens) -> Replayed:
-    with launched(load_profile("sglang-cpu-radix"), model=model,
-                  log_path=work / "logs" / "radix.log") as url:
-        return replay(url, goldens["cpu-branching"], work / "radix-branching.json")
-
-
-def requests(doc: dict[str, Any], repeat: int | None = None) -> list[dict[str, Any]]:
-    return [r for r in doc["requests"] if repeat is None or r["repeat"] == repeat]
+def radix(cpu_work, cpu_model, cpu_goldens) -> Replayed:
+    with launched(load_profile("sglang-cpu-radix"), model=cpu_model,
+                  log_path=cpu_work / "logs" / "radix.log") as url:
+        return replay(url, cpu_goldens["cpu-branching"], cpu_work / "radix-branching.json")
 
 
 def turn(request: dict[str, Any]) -> int:
@@ -143,6 +94,7 @@ def test_every_cpu_patch_logs_itself_in_the_server_log(hicache):
     for op in ("transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf",
                "transfer_kv_all_layer_direct_lf_pf"):
         assert any(f"pool_host.mha.{op} =" in ln for ln in lines), op
+    assert any("HostKVCache.__init__ with pin_memory=False" in ln for ln in lines)
 
 
 # --- multi-turn reuse: decode-written KV -----------------------------------------------------

@@ -24,6 +24,9 @@ FAULT_OPTIONS = {
     "write-back-early-evict": replace(HICACHE, hicache_write_policy="write_back"),
     "page-first-head-transpose": HICACHE,
     "conv-state-dropped": HICACHE,
+    # B's hit comes back from L3 (test_exactness.test_storage_tier_hits_are_bit_identical's
+    # shape); the storage directory is the engine's own temporary one
+    "storage-read-unfilled": replace(HICACHE, hicache_ratio=0.6, hicache_storage_backend="file"),
 }
 
 

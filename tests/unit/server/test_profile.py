@@ -99,13 +99,21 @@ def render_builtin(name: str, **kw):
 # --- profiles ---------------------------------------------------------------------------------
 
 
+# The sglang-cpu-hicache variants of issue 32 (L3 backends, policies, layouts, retraction): each
+# is resolved by SGLang's own parser, with its backend, policy and layout checked, in
+# tests/e2e/sglang_cpu/test_profiles.py (CPU_PROFILES there).
+CPU_VARIANTS = {f"sglang-cpu-hicache-{v}" for v in (
+    "file", "mooncake", "hf3fs", "nixl", "seaweedfs", "sim", "shm", "write-back",
+    "write-through-selective", "layer-first", "retract")}
+
+
 def test_every_builtin_profile_is_listed():
     llamacpp = {"llamacpp-reference", "llamacpp-cached"}
     assert set(builtin_profile_names()) == (set(EXPECTED_SGLANG_ARGV) | llamacpp | set(VLLM)
                                             | set(EXPECTED_CPU_ARGV)
                                             | {f"embedded-{p}" for p in EMBEDDED}
                                             | {f"embedded-sglang-{p}" for p in EMBEDDED}
-                                            | {"embedded-hicache-retract"})
+                                            | {"embedded-hicache-retract"} | CPU_VARIANTS)
 
 
 def test_the_retract_profiles_force_retraction_as_sglang_and_the_engine_spell_it():

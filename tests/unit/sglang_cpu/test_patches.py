@@ -40,3 +40,33 @@ def test_the_patches_refuse_a_server_that_is_not_on_the_cpu(monkeypatch):
     monkeypatch.setattr(utils, "is_cpu", lambda: False)
     with pytest.raises(RuntimeError, match="CPU server only"):
         patches.apply()
+
+
+def test_unpatched_host_pools_are_built_pinned_which_a_cpu_cannot_allocate():
+    """The gap itself: the L3 staging page of an unpatched pool asks torch for pinned memory."""
+    import inspect
+
+    from sglang.srt.mem_cache.pool_host import mha
+
+    assert inspect.signature(mha.MHATokenToKVPoolHost.__init__).parameters["pin_memory"].default
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="pin_memory"):
+            torch.zeros(4, pin_memory=True)
+
+
+def test_the_unpinned_patch_builds_every_host_pool_with_pin_memory_off(monkeypatch, capsys):
+    base = pytest.importorskip("sglang.srt.mem_cache.pool_host.base")
+    mamba = pytest.importorskip("sglang.srt.mem_cache.pool_host.mamba")
+    for cls in (base.HostKVCache, mamba.MambaPoolHost):
+        monkeypatch.setattr(cls, "__init__", cls.__dict__["__init__"])  # restored afterwards
+    seen = []
+
+    def init(self, *args, **kwargs):
+        seen.append(kwargs["pin_memory"])
+
+    monkeypatch.setattr(base.HostKVCache, "__init__", init)
+    patches.patch_unpinned_host_pools()
+    patches.patch_unpinned_host_pools()
+    base.HostKVCache.__init__(object(), pin_memory=True)
+    assert seen == [False]
+    assert capsys.readouterr().err.count(patches.LOG_PREFIX) == 2  # once per pool class

@@ -53,7 +53,9 @@ def test_the_clear_carries_the_admin_key_when_given(golden):
     assert stub.storage_clears == ["Bearer adm1n"]
 
 
-def test_a_repeat_with_storage_hits_at_turn_zero_after_a_clear_is_flagged(golden):
+def test_a_first_branch_served_from_storage_after_a_clear_is_flagged_not_its_siblings(golden):
+    """g0/b1/t0 may reuse from L3 what g0/b0/t0 wrote there in the same repeat (seen on every
+    real L3 backend: the warning used to name those siblings too)."""
     def stale(n, ids, resp):
         resp["meta_info"]["cached_tokens_details"] = {"device": 0, "host": 0, "storage": 16}
         resp["meta_info"]["cached_tokens"] = max(resp["meta_info"]["cached_tokens"], 16)
@@ -61,7 +63,7 @@ def test_a_repeat_with_storage_hits_at_turn_zero_after_a_clear_is_flagged(golden
 
     config = StubConfig(extra_server_info={"hicache_storage_backend": "file"}, tamper=stale)
     doc, _ = _replay(golden, config, options=ReplayOptions(expect_cache="none"))
-    assert {h["id"] for h in doc["storage_hits_after_clear"]} == {"g0/b0/t0", "g0/b1/t0"}
+    assert {h["id"] for h in doc["storage_hits_after_clear"]} == {"g0/b0/t0"}
     assert "L3" in doc["warnings"][0]
 
 
