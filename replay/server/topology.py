@@ -260,8 +260,8 @@ def launched_topology(topology: AnyTopologyProfile, *, model: str | None, log_di
     worker healthy; always stop them all (router first). `extra_env` goes to every process (over
     a topology's `worker_env`: a caller's rule such as NVLink multicast off wins), the
     `attention_backend` to every worker of a router topology (its profile must take one)."""
-    given = dict(model=model, log_dir=Path(log_dir), fault=fault, extra_args=extra_args,
-                 notify=notify, api_key=api_key, extra_env=extra_env or {})
+    given = {"model": model, "log_dir": Path(log_dir), "fault": fault, "extra_args": extra_args,
+             "notify": notify, "api_key": api_key, "extra_env": extra_env or {}}
     if not isinstance(topology, PDTopologyProfile):
         return _launched_workers(topology, attention_backend=attention_backend, **given)
     if attention_backend:

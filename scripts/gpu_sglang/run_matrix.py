@@ -149,8 +149,7 @@ def plan_problems(plan: Plan, servers: tuple[Server, ...]) -> list[str]:
     GPUs than it needs."""
     problems = [f"{s.role} ({s.profile}) would turn NVLink multicast on: {' '.join(flags)}"
                 for s in servers if (flags := multicast_flags(server_words(s)))]
-    seen = gpu_count()
-    if plan.gpus and seen < plan.gpus:
+    if plan.gpus and (seen := gpu_count()) < plan.gpus:
         problems.append(f"the plan needs {plan.gpus} GPU(s), nvidia-smi lists {seen} (a two-GPU "
                         "plan runs on the nvidia-h200-x2 kind: docs/gpu.md, \"Two GPUs\")")
     return problems
@@ -159,7 +158,8 @@ def plan_problems(plan: Plan, servers: tuple[Server, ...]) -> list[str]:
 def gpu_count() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
-    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60,
+                          check=False)
     return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
 
 

@@ -171,10 +171,10 @@ def test_an_attention_backend_the_workers_cannot_take_is_refused_before_anything
     from replay.server.topology import launched_topology
 
     calls = fake_launches(monkeypatch)
-    with pytest.raises(UsageError, match="takes no --attention-backend"):
-        with launched_topology(load_topology("router-cache-aware"), model=None,
-                               log_dir=tmp_path, attention_backend="triton"):
-            pass
+    with pytest.raises(UsageError, match="takes no --attention-backend"), launched_topology(
+            load_topology("router-cache-aware"), model=None, log_dir=tmp_path,
+            attention_backend="triton"):
+        pass
     with pytest.raises(UsageError, match="does not apply to a PD topology"):
         launched_topology(load_topology("pd-cpu"), model="M", log_dir=tmp_path,
                           attention_backend="triton")
