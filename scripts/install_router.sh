@@ -9,7 +9,8 @@ START=$(date +%s)
 PY="${PYTHON:-python3}"
 VENV="${GOLDEN_ROUTER_VENV:-$HOME/.cache/golden-replay/router-venv}"
 VPY="$VENV/bin/python"
-WANT="sglang-router==0.3.2"
+source "$(dirname "${BASH_SOURCE[0]}")/sglang_pins.sh"  # ROUTER_PIN
+WANT="$ROUTER_PIN"
 STAMP="$VENV/.golden-router-installed"
 
 if [ "${1:-}" = "--python" ]; then

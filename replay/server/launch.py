@@ -29,7 +29,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +65,10 @@ PRIVATE_ENV = (*ClientOptions.SECRET_ENV.values(), "GOLDEN_HISTORY", "GOLDEN_DEB
 def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
              fault: str | None = None, extra_args: Sequence[str] = (),
              host: str = LOOPBACK, attention_backend: str | None = None,
-             notify: Notify | None = None, api_key: str | None = None) -> Iterator[str]:
+             notify: Notify | None = None, api_key: str | None = None,
+             extra_env: Mapping[str, str] | None = None) -> Iterator[str]:
     """Start the profile's server, yield its base URL once it answers, always stop it.
+    `extra_env` is set in the server's environment over the profile's own `env` (profile.render).
 
     A GoldenError raised by the caller while the server has meanwhile died is re-raised as a
     ServerError naming the exit code and the log's tail: a connection reset is the symptom, the
@@ -82,7 +84,7 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
             watchdog(profile.stop_timeout, scratch, marker) as dog:
         rendered = render(profile, model=model, port=port, log_dir=log_path.parent, host=host,
                           fault=fault, extra_args=extra_args, scratch_dir=scratch,
-                          attention_backend=backend)
+                          attention_backend=backend, extra_env=extra_env)
         proc = start_process(rendered, log_path, profile.name, marker)
         dog.watch(proc.pid)  # the dog knew the marker already; now it knows the group too
         try:
@@ -128,11 +130,8 @@ def start_process(rendered: Rendered, log_path: Path, name: str,
                   marker: str = "") -> subprocess.Popen[bytes]:
     """The server in its own session (so its own process group, out of reach of the terminal's
     Ctrl-C), stdout and stderr into the log, which starts with the command (secrets redacted);
-    its environment carries the launch `marker` (replay/server/process_group.py)."""
-    inherited = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
-    env = {**inherited, "PYTHONUNBUFFERED": "1", **rendered.env}
-    if marker:
-        env[MARKER_ENV] = marker
+    its environment is `server_env`'s."""
+    env = server_env(rendered, marker)
     with open(log_path, "wb") as log:
         header = f"{HEADER_PREFIXES[0]} {name}: {redact_text(rendered.shell())}\n"
         for k, v in rendered.env.items():
@@ -147,6 +146,18 @@ def start_process(rendered: Rendered, log_path: Path, name: str,
         except OSError as exc:
             raise ServerError(f"cannot start launch profile {name!r}: {rendered.argv[0]}: "
                               f"{exc.strerror or exc}") from None
+
+
+def server_env(rendered: Rendered, marker: str = "",
+               environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """A launched server's environment: this process's (less the tool's PRIVATE_ENV), then the
+    rendered variables (the profile's and the launch's own: they win), then the launch `marker`
+    (replay/server/process_group.py)."""
+    inherited = {k: v for k, v in environ.items() if k not in PRIVATE_ENV}
+    env = {**inherited, "PYTHONUNBUFFERED": "1", **rendered.env}
+    if marker:
+        env[MARKER_ENV] = marker
+    return env
 
 
 def wait_until_ready(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile,

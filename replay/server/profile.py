@@ -87,7 +87,7 @@ class Rendered:
     """A profile with every placeholder filled: what will actually run."""
 
     argv: list[str]
-    env: dict[str, str]  # the profile's own variables only (the rest is inherited)
+    env: dict[str, str]  # the profile's variables and the launch's own (the rest is inherited)
     cwd: str | None
 
     def shell(self) -> str:
@@ -160,9 +160,12 @@ def parse_profile(text: str, *, default_name: str, source: str) -> LaunchProfile
 
 def render(profile: LaunchProfile, *, model: str | None, port: int, log_dir: Path,
            host: str = LOOPBACK, fault: str | None = None, extra_args: Sequence[str] = (),
-           scratch_dir: Path | None = None, attention_backend: str | None = None) -> Rendered:
+           scratch_dir: Path | None = None, attention_backend: str | None = None,
+           extra_env: Mapping[str, str] | None = None) -> Rendered:
     """Fill the placeholders. A missing required value or an unusable one is a UsageError.
-    `attention_backend` is the chosen one (see `attention_choice`), needed when the profile uses it."""
+    `attention_backend` is the chosen one (see `attention_choice`), needed when the profile uses it.
+    `extra_env`: variables the launch itself sets (a topology's per-worker ones, a driver's), taken
+    as given and winning over the profile's `env`, like `extra_args` over its command."""
     check_values(profile, model=model, fault=fault, attention_backend=attention_backend)
     if "attention_backend" in _placeholders_in(profile.templates(with_optional=False)) \
             and not attention_backend:
@@ -179,7 +182,7 @@ def render(profile: LaunchProfile, *, model: str | None, port: int, log_dir: Pat
         if given.get(key):
             argv.extend(_fill(a, values) for a in args)
     argv.extend(extra_args)
-    env = {k: _fill(v, values) for k, v in profile.env.items()}
+    env = {**{k: _fill(v, values) for k, v in profile.env.items()}, **(extra_env or {})}
     cwd = _fill(profile.cwd, values) if profile.cwd else None
     return Rendered(argv=argv, env=env, cwd=cwd)
 

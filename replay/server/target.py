@@ -111,12 +111,10 @@ class ServerTarget:
 
         assert self.profile is not None
         if topology.is_topology(self.profile):  # workers behind SGLang's router
-            if self.attention_backend:
-                raise UsageError("--attention-backend does not apply to a topology")
             return topology.launched_topology(
                 topology.load_topology(self.profile), model=self.model, log_dir=self.log_dir,
                 fault=self.fault, extra_args=self.extra_args, notify=self.notify,
-                api_key=api_key)
+                api_key=api_key, attention_backend=self.attention_backend)
         profile = self.launch_profile()
         return launch.launched(profile, model=self.model, log_path=self.log_path(profile),
                                fault=self.fault, extra_args=self.extra_args,

@@ -4,9 +4,10 @@ stopped as one, and which worker served each request.
 When a deployment outgrows one server, a conversation's next turn is only a cache hit if the
 router sends it to the worker holding its prefix. A topology profile (TOML in
 `replay/server/topologies/`, fields in docs/topologies.md) names the worker profile, how many,
-the routing policy and, optionally, a storage directory all workers share. Every worker is a
-launch of its own (health, warm-up, watchdog, log) through `launch.launched`; the router is one
-more. `--fault F` goes to one worker only (`fault_worker`), so a faulty worker behind a healthy
+the routing policy and, optionally, a storage directory all workers share and what each worker
+gets of its own (`worker_args` / `worker_env` with `{worker}`: replay/server/topology_workers.py,
+so worker i can be put on GPU i). Every worker is a launch of its own (health, warm-up,
+watchdog, log) through `launch.launched`; the router is one more. `--fault F` goes to one worker only (`fault_worker`), so a faulty worker behind a healthy
 router can be caught and named.
 
 Attribution comes from the router: the transport sends each request's id as `X-Request-Id`, the
@@ -28,7 +29,7 @@ import os
 import re
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -39,14 +40,16 @@ from replay.server.pd_topology import (
     MINI_LB, PD_KIND, PDTopologyProfile, enter_together, parse_pd_table, pd_router_args,
     read_pd_attribution, warm_up_pair,
 )
-from replay.server.profile import LOOPBACK, LaunchProfile, Notify, load_profile
+from replay.server.profile import LOOPBACK, LaunchProfile, Notify, check_values, load_profile
+from replay.server.topology_workers import parse_worker_templates, shared_directory, worker_launch
 from replay.utils.errors import ServerError, UsageError
 
 ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"
 DEFAULT_ROUTER_VENV = Path.home() / ".cache" / "golden-replay" / "router-venv"
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
 TOPOLOGY_KEYS = {"description", "kind", "workers", "worker_profile", "policy", "fault_worker",
-                 "shared_storage", "router_args", "startup_timeout"}
+                 "shared_storage", "router_args", "startup_timeout", "worker_args", "worker_env",
+                 "worker_startup_timeout"}
 INSTALL_HINT = "bash scripts/install_router.sh"
 
 
@@ -58,8 +61,11 @@ class TopologyProfile:
     worker_profile: str
     policy: str
     fault_worker: int  # the worker `--fault` goes to (0-based)
-    shared_storage: bool = False  # one storage directory for every worker (`--storage-dir`)
+    shared_storage: bool = False  # one storage directory for every worker (`{shared_storage}`)
     router_args: tuple[str, ...] = ()
+    worker_args: tuple[str, ...] = ()  # appended to each worker's argv, `{worker}` filled
+    worker_env: Mapping[str, str] = field(default_factory=dict)  # set in each worker's env
+    worker_startup_timeout: float | None = None  # a worker's health + warm-up; None: its profile's
     startup_timeout: float = 120.0  # seconds for the router to see every worker healthy
     kind: str = "router"  # N interchangeable workers (PD topologies: PDTopologyProfile)
 
@@ -197,13 +203,18 @@ def parse_topology(text: str, *, name: str) -> AnyTopologyProfile:
         raise UsageError(f"topology {name!r}: unknown key(s) {', '.join(unknown)}")
     try:
         workers = int(table.get("workers", 2))
+        shared = bool(table.get("shared_storage", False))
+        worker_args, worker_env = parse_worker_templates(table, name=name, shared_storage=shared)
         return TopologyProfile(
             name=name, description=description, workers=workers, worker_profile=str(table["worker_profile"]),
             policy=str(table.get("policy", "cache_aware")),
             fault_worker=int(table.get("fault_worker", workers - 1)),
-            shared_storage=bool(table.get("shared_storage", False)),
+            shared_storage=shared,
             router_args=tuple(str(a) for a in table.get("router_args", ())),
-            startup_timeout=float(table.get("startup_timeout", 120.0)))
+            startup_timeout=float(table.get("startup_timeout", 120.0)),
+            worker_args=worker_args, worker_env=worker_env,
+            worker_startup_timeout=(float(table["worker_startup_timeout"])
+                                    if "worker_startup_timeout" in table else None))
     except KeyError as exc:
         raise UsageError(f"topology {name!r}: missing key {exc.args[0]}") from None
     except (TypeError, ValueError) as exc:
@@ -241,37 +252,52 @@ def router_profile(topology: AnyTopologyProfile, worker_args: Sequence[str]) -> 
 
 def launched_topology(topology: AnyTopologyProfile, *, model: str | None, log_dir: Path,
                       fault: str | None = None, extra_args: Sequence[str] = (),
-                      notify: Notify | None = None,
-                      api_key: str | None = None) -> contextlib.AbstractContextManager[RoutedURL]:
+                      notify: Notify | None = None, api_key: str | None = None,
+                      extra_env: Mapping[str, str] | None = None,
+                      attention_backend: str | None = None,
+                      ) -> contextlib.AbstractContextManager[RoutedURL]:
     """Start every worker, then the router over them; yield the router's URL once it sees every
-    worker healthy; always stop them all (router first)."""
-    launch = _launched_pd if isinstance(topology, PDTopologyProfile) else _launched_workers
-    return launch(topology, model=model, log_dir=Path(log_dir), fault=fault,
-                  extra_args=extra_args, notify=notify, api_key=api_key)
+    worker healthy; always stop them all (router first). `extra_env` goes to every process (over
+    a topology's `worker_env`: a caller's rule such as NVLink multicast off wins), the
+    `attention_backend` to every worker of a router topology (its profile must take one)."""
+    given = {"model": model, "log_dir": Path(log_dir), "fault": fault, "extra_args": extra_args,
+             "notify": notify, "api_key": api_key, "extra_env": extra_env or {}}
+    if not isinstance(topology, PDTopologyProfile):
+        return _launched_workers(topology, attention_backend=attention_backend, **given)
+    if attention_backend:
+        raise UsageError("--attention-backend does not apply to a PD topology")
+    return _launched_pd(topology, **given)
 
 
 @contextlib.contextmanager
 def _launched_workers(topology: TopologyProfile, *, model: str | None, log_dir: Path,
                       fault: str | None, extra_args: Sequence[str], notify: Notify | None,
-                      api_key: str | None) -> Iterator[RoutedURL]:
+                      api_key: str | None, extra_env: Mapping[str, str],
+                      attention_backend: str | None) -> Iterator[RoutedURL]:
     worker_profile = load_profile(topology.worker_profile)
+    if topology.worker_startup_timeout:
+        worker_profile = replace(worker_profile, startup_timeout=topology.worker_startup_timeout)
+    if attention_backend:  # one that the workers cannot take: refused before anything starts
+        check_values(worker_profile, model=model, fault=None, attention_backend=attention_backend)
     log_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        args = list(extra_args)
-        if topology.shared_storage:
-            shared = stack.enter_context(_shared_directory(log_dir, topology.name))
-            args += ["--storage-dir", str(shared)]
+        shared = (stack.enter_context(shared_directory(log_dir, topology.name))
+                  if topology.shared_storage else None)
         workers = []
         for i in range(topology.workers):
             worker_fault = fault if i == topology.fault_worker else None
+            own_args, own_env = worker_launch(topology.worker_args, topology.worker_env, i, shared)
             url = stack.enter_context(launched(
                 worker_profile, model=model, log_path=log_dir / f"{topology.name}-worker{i}.log",
-                fault=worker_fault, extra_args=args, notify=notify, api_key=api_key))
+                fault=worker_fault, extra_args=[*extra_args, *own_args], notify=notify,
+                api_key=api_key, attention_backend=attention_backend,
+                extra_env={**own_env, **extra_env}))
             workers.append(Worker(i, url, worker_fault))
         router_log = log_dir / f"{topology.name}-router.log"
         flags = ["--worker-urls", *(w.url for w in workers), "--policy", topology.policy]
         url = stack.enter_context(launched(router_profile(topology, flags), model=None,
-                                           log_path=router_log, notify=notify))
+                                           log_path=router_log, notify=notify,
+                                           extra_env=extra_env))
         running = Topology(topology, url, router_log, workers)
         wait_for_workers(running, api_key)
         if notify:
@@ -284,7 +310,7 @@ def _launched_workers(topology: TopologyProfile, *, model: str | None, log_dir: 
 @contextlib.contextmanager
 def _launched_pd(topology: PDTopologyProfile, *, model: str | None, log_dir: Path,
                  fault: str | None, extra_args: Sequence[str], notify: Notify | None,
-                 api_key: str | None) -> Iterator[RoutedURL]:
+                 api_key: str | None, extra_env: Mapping[str, str]) -> Iterator[RoutedURL]:
     """Prefill and decode workers started together (each prefill worker with its own bootstrap
     port; `--fault` goes to prefill worker 0), then the router in PD mode, then one generation
     through it: the transfer works before the replay starts."""
@@ -300,7 +326,7 @@ def _launched_pd(topology: PDTopologyProfile, *, model: str | None, log_dir: Pat
     with contextlib.ExitStack() as stack:
         urls = enter_together(stack, [launched(
             prefill_profile if w.role == PREFILL else decode_profile, model=model,
-            log_path=w.log, fault=w.fault, notify=notify, api_key=api_key,
+            log_path=w.log, fault=w.fault, notify=notify, api_key=api_key, extra_env=extra_env,
             extra_args=[*extra_args, *(["--disaggregation-bootstrap-port", str(w.bootstrap_port)]
                                        if w.bootstrap_port else [])]) for w in planned])
         workers = [replace(w, url=url) for w, url in zip(planned, urls)]
@@ -309,7 +335,8 @@ def _launched_pd(topology: PDTopologyProfile, *, model: str | None, log_dir: Pat
                                [w.url for w in workers if w.role == DECODE])
         router_log = log_dir / f"{topology.name}-router.log"
         url = stack.enter_context(launched(router_profile(topology, flags), model=None,
-                                           log_path=router_log, notify=notify))
+                                           log_path=router_log, notify=notify,
+                                           extra_env=extra_env))
         running = Topology(topology, url, router_log, workers)
         if topology.router != MINI_LB:  # MiniLB has no /workers: its health is all it says
             wait_for_workers(running, api_key)
@@ -321,18 +348,6 @@ def _launched_pd(topology: PDTopologyProfile, *, model: str | None, log_dir: Pat
                        f" (bootstrap port {w.bootstrap_port})" if w.bootstrap_port else "")
                        for w in workers))
         yield RoutedURL(running)
-
-
-@contextlib.contextmanager
-def _shared_directory(parent: Path, name: str) -> Iterator[Path]:
-    import shutil
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix=f"{name}-shared-storage-", dir=parent))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def wait_for_workers(topology: Topology, api_key: str | None = None) -> None:

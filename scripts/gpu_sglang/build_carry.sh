@@ -5,9 +5,12 @@
 # each fit one device call, plus MANIFEST.sha256 (every chunk, the tar, every file in it) that
 # install_on_device.sh verifies before it installs anything.
 #
-# usage: build_carry.sh [--variant triton|fa3] [--chunk-mib N] [--no-models] OUTDIR
+# usage: build_carry.sh [--variant triton|fa3] [--with-router] [--chunk-mib N] [--no-models] OUTDIR
 #   --variant triton  sgl_kernel without FA3 (--attention-backend triton only; the default)
 #   --variant fa3     with flash_ops.abi3.so, its sm80/sm86 cubins zeroed (fatbin_zero.py)
+#   --with-router     also sglang-router (ROUTER_PIN in scripts/sglang_pins.sh; a 31 MB abi3
+#                     wheel, its requirements already carried): the topologies of the two-GPU
+#                     DP plan (docs/gpu.md, "Two GPUs"); GOLDEN_ROUTER_PYTHON=$(command -v python3)
 #   --chunk-mib N     chunk size; default: what fits one call beside this checkout's working tree
 #                     (64 MiB in all, less the tree, less a 3 MiB margin), at most 58 MiB
 # OUTDIR receives chunk-00 .. chunk-NN and MANIFEST.sha256 (old ones there are removed). Inside a
@@ -60,19 +63,24 @@ CACHE="${GOLDEN_GPU_CARRY_CACHE:-$HOME/.cache/golden-replay/gpu-carry}"
 PY="${PYTHON:-python3}"
 die() { echo "build_carry: $*" >&2; exit 2; }
 
-VARIANT=triton CHUNK_MIB="" WITH_MODELS=1 OUTDIR=""
+VARIANT=triton CHUNK_MIB="" WITH_MODELS=1 WITH_ROUTER=0 OUTDIR=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --variant) VARIANT="${2:-}"; shift 2 ;;
         --chunk-mib) CHUNK_MIB="${2:-}"; shift 2 ;;
         --no-models) WITH_MODELS=0; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --with-router) WITH_ROUTER=1; shift ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option $1 (see --help)" ;;
         *) [ -z "$OUTDIR" ] || die "one OUTDIR only (see --help)"; OUTDIR="$1"; shift ;;
     esac
 done
 [ -n "$OUTDIR" ] || die "OUTDIR missing (usage: build_carry.sh [--variant triton|fa3] OUTDIR)"
 case "$VARIANT" in triton|fa3) ;; *) die "--variant must be triton or fa3, not '$VARIANT'" ;; esac
+if [ "$WITH_ROUTER" = 1 ]; then
+    source "$ROOT/scripts/sglang_pins.sh"  # ROUTER_PIN
+    WHEELS+=("$ROUTER_PIN")
+fi
 mkdir -p "$OUTDIR"
 OUTDIR="$(cd "$OUTDIR" && pwd)"
 if git -C "$OUTDIR" rev-parse --show-toplevel >/dev/null 2>&1 \
@@ -92,7 +100,7 @@ if [ -z "$CHUNK_MIB" ]; then
 fi
 [ "$CHUNK_MIB" -ge 8 ] 2>/dev/null || die "chunk size $CHUNK_MIB MiB too small (working tree $TREE bytes)"
 CHUNK=$((CHUNK_MIB << 20))
-echo "build_carry: variant $VARIANT; working tree $((TREE >> 10)) KiB; chunks of $CHUNK_MIB MiB" >&2
+echo "build_carry: variant $VARIANT$( [ "$WITH_ROUTER" = 1 ] && echo " + router"); working tree $((TREE >> 10)) KiB; chunks of $CHUNK_MIB MiB" >&2
 
 # 1. The wheels, for the device's Python 3.12 (cp312 / abi3 / py3, manylinux x86_64).
 mkdir -p "$CACHE/wheels"
@@ -135,7 +143,7 @@ if [ "$WITH_MODELS" = 1 ]; then
 fi
 {
     echo "golden-replay GPU carry: SGLang 0.5.17 for the H200 image (docs/gpu.md)"
-    echo "variant $VARIANT"
+    echo "variant $VARIANT$( [ "$WITH_ROUTER" = 1 ] && echo " with router")"
     echo "wheels ${WHEELS[*]}"
     echo "models $( [ "$WITH_MODELS" = 1 ] && echo "${MODELS[*]}" || echo none)"
 } > "$STAGE/CARRY"

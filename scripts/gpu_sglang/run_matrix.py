@@ -1,15 +1,18 @@
 """The findings run of real SGLang on a GPU (docs/findings/h200.md), in one command per backend.
 
     python scripts/gpu_sglang/run_matrix.py --plan h200 --backend fa3 --model DIR --out DIR
+    python scripts/gpu_sglang/run_matrix.py --plan h200x2-tp2 --backend triton --model DIR --out DIR
     python scripts/gpu_sglang/run_matrix.py --plan cpu --model DIR --out DIR    # rehearsal here
 
-Starts every server of the plan at once (the reference, the cached reference, the HiCache
-profiles' control and each HiCache profile: one GPU holds them all, each with a small pool),
-records the goldens on the references, replays each on every HiCache server with the control
-(`--control-server`), then SGLang's id check, and stops them all. Everything goes through the
-library exactly as `golden record` / `golden replay --control-server` would; the equivalent
-command lines are written beside each report. Results: OUT/reports/*.json, OUT/summary.json, a
-markdown table (OUT/table.md, also printed last) and the servers' logs in OUT/logs/.
+Starts every server of the plan at once (the references, the HiCache profiles' control and each
+HiCache profile or topology: the plans are in matrix_plans.py; one GPU holds them all, each with
+a small pool), records the goldens on the references, replays each on every tested server with
+the control (`--control-server`), then SGLang's id check, and stops them all. Everything goes
+through the library exactly as `golden record` / `golden replay --control-server` would; the
+equivalent command lines are written beside each report. Every server and this process run
+with NVLink multicast off (matrix_plans.MULTICAST_OFF). Results: OUT/reports/*.json,
+OUT/summary.json, a markdown table (OUT/table.md, also printed last) and the servers' logs in
+OUT/logs/ (a topology's: OUT/logs/ROLE/, one per worker and the router's).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import argparse
 import concurrent.futures
 import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,126 +32,30 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from matrix_plans import (  # noqa: E402
+    MULTICAST_OFF, PLANS, Plan, Server, multicast_flags, replay_settings,
+)
 
 from replay.golden.scenario import build_plan, load_scenario  # noqa: E402
 from replay.jobs.session import record_golden, replay_golden  # noqa: E402
 from replay.run.recorder import RecordOptions  # noqa: E402
 from replay.run.replayer import ReplayOptions  # noqa: E402
 from replay.server.launch import launched  # noqa: E402
+from replay.server.pd_topology import PDTopologyProfile  # noqa: E402
 from replay.server.profile import load_profile  # noqa: E402
 from replay.server.target import ServerTarget  # noqa: E402
+from replay.server.topology import is_topology, launched_topology, load_topology  # noqa: E402
 from replay.server.transport import ClientOptions  # noqa: E402
 
 
-@dataclass(frozen=True)
-class Server:
-    role: str  # reference | cached | control | a HiCache profile's short name
-    profile: str
-    args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Golden:
-    name: str
-    scenario: str
-    on: str  # the role of the server it is recorded on
-    reference: str = "cache-off"
-    order: tuple[str, ...] = ()  # record and replay schedule (ReplayOptions/RecordOptions)
-
-
-@dataclass(frozen=True)
-class Plan:
-    servers: tuple[Server, ...]
-    goldens: tuple[Golden, ...]
-    tested: tuple[str, ...]  # roles replayed with the control
-    prompt_only: tuple[str, ...] = ()  # goldens replayed --repeat 2 --require-tier host
-    storage_roles: tuple[str, ...] = ()  # roles with an L3 tier: --require-tier storage there
-    id_check: str = "reference"  # the role the SGLang id script runs against
-    vocab: int = 4096
-
-
-GPU_ARGS = ("--cuda-graph-max-bs=16",)
 # Four servers started in the same second once collided: one's uvicorn port had meanwhile been
 # taken by another's internal port ("[Errno 98] ... address already in use"), and that server
 # then hung in "Waiting for application shutdown" instead of exiting. So: starts 4 s apart, a
 # start that is not up in 240 s given up, and once retried.
 STAGGER = 4.0
 START_TIMEOUT = 240.0
-# Every server's pool is capped so that all of them fit one GPU at once whatever order they
-# start in (SGLang sizes an uncapped pool from the memory free when it starts); the control's cap
-# (the cached references are recorded on it) still holds every token of these scenarios, so it
-# evicts nothing. (The run of 2026-12-02 had the control at the seed's tight 4096 tokens and a
-# separate big-pool server for the cached references: docs/findings/h200.md.)
-BIG_POOL = ("--max-total-tokens=262144",)
-INTERLEAVE = ("interleave",)
-GOLDENS = (
-    Golden("prompt", "cpu-prompt-reuse", "reference", order=INTERLEAVE),
-    Golden("branching", "hicache-branching", "reference"),
-    Golden("quick", "ci-quick", "reference"),
-    Golden("branching-cached", "hicache-branching", "control", reference="cached"),
-    Golden("quick-cached", "ci-quick", "control", reference="cached"),
-)
-PLANS = {
-    "h200": Plan(
-        servers=(
-            Server("reference", "sglang-reference", GPU_ARGS + BIG_POOL),
-            Server("control", "sglang-radix", GPU_ARGS + BIG_POOL),
-            Server("seed", "sglang-hicache-seed", GPU_ARGS),
-            Server("kernel-io", "sglang-hicache-kernel-io", GPU_ARGS),
-            Server("write-back", "sglang-hicache-write-back", GPU_ARGS),
-            Server("layer-first", "sglang-hicache-layer-first", GPU_ARGS),
-            Server("file", "sglang-hicache-file-storage", GPU_ARGS),
-        ),
-        goldens=GOLDENS,
-        tested=("seed", "kernel-io", "write-back", "layer-first", "file"),
-        prompt_only=("prompt",),
-        storage_roles=("file",),
-    ),
-    # The tiny hybrid (Qwen3-Next: linear attention + full attention, a Mamba state pool) with
-    # the seed's HiCache, its control and both references.
-    "h200-hybrid": Plan(
-        servers=(
-            Server("reference", "sglang-reference", GPU_ARGS + BIG_POOL),
-            Server("control", "sglang-radix", GPU_ARGS + BIG_POOL),
-            Server("seed", "sglang-hicache-seed", GPU_ARGS),
-        ),
-        goldens=GOLDENS[:2] + GOLDENS[3:4],
-        tested=("seed",),
-        prompt_only=("prompt",),
-    ),
-    # The same run on SGLang's real CPU server (a rehearsal of this script, no GPU): its
-    # reference, radix and HiCache profiles (docs/sglang-cpu.md).
-    "cpu": Plan(
-        servers=(
-            Server("reference", "sglang-cpu-reference"),
-            Server("cached", "sglang-cpu-radix", ("--max-total-tokens=65536",)),
-            Server("control", "sglang-cpu-radix"),
-            Server("seed", "sglang-cpu-hicache"),
-        ),
-        goldens=(Golden("prompt", "cpu-prompt-reuse", "reference", order=INTERLEAVE),
-                 Golden("branching", "cpu-branching", "reference"),
-                 Golden("branching-cached", "cpu-branching", "cached", reference="cached")),
-        tested=("seed",),
-        prompt_only=("prompt",),
-    ),
-    # The quickest rehearsal: the embedded engine's profiles (exact by construction: all pass).
-    "embedded": Plan(
-        servers=(
-            Server("reference", "embedded-reference"),
-            Server("cached", "embedded-radix"),
-            Server("control", "embedded-radix"),
-            Server("seed", "embedded-hicache"),
-            Server("file", "embedded-hicache-storage"),
-        ),
-        goldens=(Golden("prompt", "cpu-prompt-reuse", "reference", order=INTERLEAVE),
-                 Golden("branching", "cpu-branching", "reference"),
-                 Golden("branching-cached", "cpu-branching", "cached", reference="cached")),
-        tested=("seed", "file"),
-        prompt_only=("prompt",),
-        storage_roles=("file",),
-        id_check="",
-    ),
-}
 
 
 class Rows(list):
@@ -161,7 +70,8 @@ class Rows(list):
         super().append(row)
         self.path.write_text(json.dumps(list(self), indent=1))
         short = {k: row[k] for k in ("job", "verdict", "failed", "tier_only", "also_on_control",
-                                     "max_ulp", "error", "seconds", "exit") if k in row}
+                                     "max_ulp", "numerics_differing", "failing_workers",
+                                     "error", "seconds", "exit") if k in row}
         print(json.dumps(short)[:400], flush=True)
 
 
@@ -178,11 +88,8 @@ class Fleet:
               logs: Path) -> None:
         def one(s: Server, delay: float) -> tuple[Server, Any, str]:
             time.sleep(delay)  # staggered: servers picking ports at once collided (see below)
-            profile = replace(load_profile(s.profile), startup_timeout=START_TIMEOUT)
             for attempt in (1, 2):  # a port another server took meanwhile: once more
-                log = logs / f"{s.role}{'' if attempt == 1 else '-retry'}.log"
-                cm = launched(profile, model=model, log_path=log, extra_args=s.args,
-                              attention_backend=backend)
+                cm = launch_of(s, model, backend, logs, "" if attempt == 1 else "-retry")
                 try:
                     return s, cm, cm.__enter__()
                 except Exception:  # noqa: BLE001
@@ -207,6 +114,53 @@ class Fleet:
 
     def __exit__(self, *exc: object) -> None:
         self.stack.close()
+
+
+def launch_of(s: Server, model: str, backend: str | None, logs: Path,
+              suffix: str = "") -> contextlib.AbstractContextManager[str]:
+    """The launch of one server of a plan (not started yet): a launch profile with the plan's
+    start limit, or a topology (its workers' logs and the router's in logs/ROLE/, each worker
+    with the start limit); NVLink multicast off in every process's environment."""
+    if is_topology(s.profile):
+        topology = replace(load_topology(s.profile), worker_startup_timeout=START_TIMEOUT)
+        return launched_topology(topology, model=model, log_dir=logs / f"{s.role}{suffix}",
+                                 extra_args=s.args, extra_env=MULTICAST_OFF,
+                                 attention_backend=backend)
+    profile = replace(load_profile(s.profile), startup_timeout=START_TIMEOUT)
+    return launched(profile, model=model, log_path=logs / f"{s.role}{suffix}.log",
+                    extra_args=s.args, attention_backend=backend, extra_env=MULTICAST_OFF)
+
+
+def server_words(s: Server) -> list[str]:
+    """Every argv word a server of a plan starts with (a topology: its workers' and router's)."""
+    if not is_topology(s.profile):
+        return [*load_profile(s.profile).command, *s.args]
+    topology = load_topology(s.profile)
+    if isinstance(topology, PDTopologyProfile):
+        workers, own = (topology.prefill_profile, topology.decode_profile), ()
+    else:
+        workers, own = (topology.worker_profile,), topology.worker_args
+    return [*(w for name in workers for w in load_profile(name).command), *own,
+            *topology.router_args, *s.args]
+
+
+def plan_problems(plan: Plan, servers: tuple[Server, ...]) -> list[str]:
+    """Why the plan must not start: a server that would turn NVLink multicast on, or fewer
+    GPUs than it needs."""
+    problems = [f"{s.role} ({s.profile}) would turn NVLink multicast on: {' '.join(flags)}"
+                for s in servers if (flags := multicast_flags(server_words(s)))]
+    if plan.gpus and (seen := gpu_count()) < plan.gpus:
+        problems.append(f"the plan needs {plan.gpus} GPU(s), nvidia-smi lists {seen} (a two-GPU "
+                        "plan runs on the nvidia-h200-x2 kind: docs/gpu.md, \"Two GPUs\")")
+    return problems
+
+
+def gpu_count() -> int:
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
 
 
 def command_line(kind: str, golden: Path, role: str, extra: list[str]) -> str:
@@ -241,32 +195,23 @@ def record_all(plan: Plan, fleet: Fleet, out: Path, rows: list[dict[str, Any]]) 
 
 def replay_all(plan: Plan, fleet: Fleet, goldens: dict[str, Path], out: Path,
                rows: list[dict[str, Any]]) -> None:
-    control = fleet.urls.get("control")
-    for role in plan.tested + ("control",):
-        url = fleet.urls.get(role)
-        if url is None:
+    control = fleet.urls.get(plan.control)
+    for role, name, with_control in plan.replays():
+        url, path = fleet.urls.get(role), goldens.get(name)
+        if url is None or path is None:
             continue
-        for name, path in goldens.items():
-            extra: dict[str, Any] = {}
-            flags: list[str] = []
-            if name in plan.prompt_only:
-                extra = {"schedule": "interleave", "repeat": 2}
-                flags = ["--schedule interleave --repeat 2"]
-                if role != "control":  # the control has no tier to require
-                    tier = "storage" if role in plan.storage_roles else "host"
-                    extra["require_tier"] = tier
-                    flags.append(f"--require-tier {tier}")
-            options = ReplayOptions(**extra)
-            twin = ServerTarget(url=control) if control and role != "control" else None
-            flags += ["--control-server <control>"] if twin else []
-            started = time.monotonic()
-            doc = replay_golden(path, ServerTarget(url=url), options,
-                                ClientOptions(concurrency=1 if name in plan.prompt_only else 16),
-                                api="sglang", control=twin, name=name)
-            report = out / "reports" / f"{role}__{name}.json"
-            report.write_text(json.dumps(doc, indent=1))
-            rows.append(row_of(role, name, doc, time.monotonic() - started,
-                               command_line("replay", path, role, flags)))
+        extra, flags = replay_settings(plan, role, name)
+        options = ReplayOptions(**extra)
+        twin = ServerTarget(url=control) if control and with_control else None
+        flags += [f"--control-server <{plan.control}>"] if twin else []
+        started = time.monotonic()
+        doc = replay_golden(path, ServerTarget(url=url), options,
+                            ClientOptions(concurrency=1 if name in plan.prompt_only else 16),
+                            api="sglang", control=twin, name=name)
+        report = out / "reports" / f"{role}__{name}.json"
+        report.write_text(json.dumps(doc, indent=1))
+        rows.append(row_of(role, name, doc, time.monotonic() - started,
+                           command_line("replay", path, role, flags)))
 
 
 def row_of(role: str, golden: str, doc: dict[str, Any], seconds: float, cmd: str) -> dict[str, Any]:
@@ -287,8 +232,30 @@ def row_of(role: str, golden: str, doc: dict[str, Any], seconds: float, cmd: str
         "same_bits": control.get("same_bits_on_control"),
         "control_verdict": control.get("verdict"),
         "server_id_mismatches": s.get("server_id_mismatches"),
+        "numerics_differing": (doc.get("numerics") or {}).get("differing"),
+        **routing_of(doc),
         "seconds": round(seconds, 1), "command": cmd,
     }
+
+
+def routing_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """Through a topology: who served what (the report's `routing`, docs/report.md)."""
+    routing = doc.get("routing")
+    if not routing:
+        return {}
+    keep = ("index", "requests", "failed", "expected_hits", "hits_met", "cached_tokens")
+    return {"hit_rate": routing.get("hit_rate"), "routing_misses": routing.get("routing_misses"),
+            "failing_workers": routing.get("failing_workers"),
+            "per_worker": [{k: w.get(k) for k in keep} for w in routing.get("per_worker", [])]}
+
+
+def per_worker_cell(r: dict[str, Any]) -> str:
+    """`w0 18 (0 failed, hits 12/12); w1 9 (...)`, hit rate and routing misses; `-` for one server."""
+    if "per_worker" not in r:
+        return "-"
+    each = "; ".join(f"w{w['index']} {w['requests']} ({w['failed']} failed, hits "
+                     f"{w['hits_met']}/{w['expected_hits']})" for w in r["per_worker"])
+    return f"{each}; hit rate {r['hit_rate']}, routing misses {r['routing_misses']}"
 
 
 def id_check(plan: Plan, fleet: Fleet, rows: list[dict[str, Any]]) -> None:
@@ -322,20 +289,23 @@ def sglang_determinism(fleet: Fleet, role: str, rows: list[dict[str, Any]]) -> N
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| server | golden | verdict | failed | tier's alone | also on control (same bits) "
-             "| max ulp | hit lengths | tokens by tier | first positions | s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| max ulp | hit lengths | tokens by tier | first positions | numerics differing "
+             "| per worker | s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "server" not in r:
             continue
         if r.get("error") and r["verdict"] == "error":
             lines.append(f"| {r['server']} | {r['golden']} | error | {r['error'][:140]} |"
-                         " | | | | | | |")
+                         " | | | | | | | | |")
             continue
         also = f"{r['also_on_control']} ({r['same_bits']})" if r["also_on_control"] is not None else "-"
         tier = r["tier_only"] if r["tier_only"] is not None else "-"
         lines.append(f"| {r['server']} | {r['golden']} | {r['verdict']} | {r['failed']}/"
                      f"{r['requests'] * r['repeats']} | {tier} | {also} | {r['max_ulp']} | "
-                     f"{r['hit_lengths']} | {r['tiers']} | {r['first_positions']} | {r['seconds']} |")
+                     f"{r['hit_lengths']} | {r['tiers']} | {r['first_positions']} | "
+                     f"{', '.join(r['numerics_differing'] or []) or '-'} | {per_worker_cell(r)} | "
+                     f"{r['seconds']} |")
     return "\n".join(lines)
 
 
@@ -354,6 +324,11 @@ def main() -> int:
     if args.roles:
         keep = set(args.roles.split(","))
         servers = tuple(s for s in servers if s.role in keep)
+    problems = plan_problems(plan, servers)
+    if problems:
+        print("run_matrix: not started: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    os.environ.update(MULTICAST_OFF)  # the id check, SGLang's test, anything started from here
     for sub in ("reports", "goldens", "logs"):
         (args.out / sub).mkdir(parents=True, exist_ok=True)
     rows = Rows(args.out / "summary.json")

@@ -10,7 +10,8 @@ the versions line shows the shadowing worked; a requirement the image meets in t
 (say typing-extensions too old for the carried pydantic) is named here instead of surfacing as an
 ImportError deep in a server start; the module imports are what ``sglang.launch_server`` and its
 scheduler/tokenizer/detokenizer processes import for a Llama or Qwen3-Next model on the triton
-(and, when flash_ops is carried, fa3) attention backend, with HiCache.
+(and, when flash_ops is carried, fa3) attention backend, with HiCache; and, when sglang-router is
+carried (build_carry.sh --with-router), the router's launcher and its Rust extension.
 
 Prints one ``self-check: ok ...`` line last, or ``self-check: FAILED ...`` with exit status 1.
 usage: self_check.py SITE [--no-imports]
@@ -27,7 +28,8 @@ import traceback
 from pathlib import Path
 
 VERSIONS = ("sglang", "sglang-kernel", "flashinfer-python", "torch", "triton", "transformers",
-            "tokenizers", "xgrammar", "pydantic", "fastapi", "uvicorn", "numpy", "zarr")
+            "tokenizers", "xgrammar", "pydantic", "fastapi", "uvicorn", "numpy", "zarr",
+            "sglang-router")
 
 SERVER_MODULES = (
     "sglang.launch_server",
@@ -53,9 +55,10 @@ SERVER_MODULES = (
     "sglang.test.test_deterministic",
 )
 FA3_MODULES = ("sglang.srt.layers.attention.flashattention_backend",)
+ROUTER_MODULES = ("sglang_router.launch_router", "sglang_router.sglang_router_rs")
 # golden-replay itself, as `python3 -m cli record/replay` runs there (zarr, msgspec, pybase64 carried)
 GOLDEN_MODULES = ("cli.main", "cli.record_cmd", "cli.replay_cmd", "replay.golden.store",
-                  "replay.server.launch")
+                  "replay.server.launch", "replay.server.topology")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -114,11 +117,19 @@ def has_fa3() -> bool:
     return bool(spec and spec.origin and (Path(spec.origin).parent / "flash_ops.abi3.so").exists())
 
 
+def has_router() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sglang_router") is not None
+
+
 def modules_to_import() -> tuple[str, ...]:
-    """SGLang's server modules (fa3's too when carried) and golden-replay's (its repo on the path)."""
+    """SGLang's server modules (fa3's and the router's too when carried) and golden-replay's
+    (its repo on the path)."""
     if str(REPO) not in sys.path:
         sys.path.append(str(REPO))
-    return SERVER_MODULES + (FA3_MODULES if has_fa3() else ()) + GOLDEN_MODULES
+    return (SERVER_MODULES + (FA3_MODULES if has_fa3() else ())
+            + (ROUTER_MODULES if has_router() else ()) + GOLDEN_MODULES)
 
 
 def import_all(modules: tuple[str, ...]) -> list[str]:

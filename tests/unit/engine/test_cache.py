@@ -197,3 +197,17 @@ def test_a_shared_storage_tier_never_deletes_what_another_engine_may_read(tmp_pa
     storage.save("k", np.zeros((2, 2), np.float32), None)
     storage.delete("k")
     assert storage.has("k")
+
+
+def test_clearing_a_shared_storage_tier_that_another_engine_is_clearing_too_does_not_fail(
+        tmp_path, monkeypatch):
+    """The router sends /flush_cache to every worker at once: both engines empty the one shared
+    directory, so a file one of them listed may be gone by the time it unlinks it."""
+    storage = FileStorage(str(tmp_path), shared=True)
+    storage.save("k", np.zeros((2, 2), np.float32), None)
+    listed = list(tmp_path.glob("*.npy"))
+    for path in listed:  # the other engine got there first
+        path.unlink()
+    monkeypatch.setattr(type(tmp_path), "glob", lambda self, pattern: iter(listed))
+    storage.clear()
+    assert not storage.has("k")

@@ -3,7 +3,9 @@ process life cycle against misbehaving fake servers is tests/integration/test_la
 
 from __future__ import annotations
 
-from replay.server.launch import http_status, log_tail
+from replay.server.launch import http_status, log_tail, server_env
+from replay.server.process_group import MARKER_ENV
+from replay.server.profile import Rendered
 
 
 def test_the_warm_up_carries_the_api_key_for_a_server_started_with_one():
@@ -40,3 +42,16 @@ def test_a_line_the_server_repeats_is_shown_once_with_its_count(tmp_path):
                    + 'fake: "GET /health HTTP/1.1" 503 -\n' * 40)
     assert log_tail(log) == ["loading weights: this will take forever",
                              'fake: "GET /health HTTP/1.1" 503 - (x40)']
+
+
+def test_a_server_inherits_the_callers_environment_but_not_the_tools_secrets():
+    env = server_env(Rendered(argv=["x"], env={}, cwd=None), "m1",
+                     environ={"NCCL_NVLS_ENABLE": "0", "GOLDEN_API_KEY": "k3y", "PATH": "/bin"})
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["PATH"] == "/bin"
+    assert "GOLDEN_API_KEY" not in env and env[MARKER_ENV] == "m1"
+
+
+def test_the_rendered_variables_win_over_the_inherited_ones():
+    env = server_env(Rendered(argv=["x"], env={"NCCL_NVLS_ENABLE": "0"}, cwd=None),
+                     environ={"NCCL_NVLS_ENABLE": "1"})
+    assert env["NCCL_NVLS_ENABLE"] == "0"

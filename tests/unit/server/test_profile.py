@@ -219,6 +219,14 @@ def test_extra_args_are_appended_last_so_they_override():
     assert argv[-1] == "--max-total-tokens=8192"
 
 
+def test_a_launch_env_is_set_as_given_over_the_profiles_env():
+    rendered = render_builtin("sglang-hicache-file-storage", model="M", scratch_dir=Path("/s/x"),
+                              extra_env={"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": "/shared/{x}",
+                                         "NCCL_NVLS_ENABLE": "0"})
+    assert rendered.env == {"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": "/shared/{x}",
+                            "NCCL_NVLS_ENABLE": "0"}
+
+
 def test_user_profile_from_a_toml_file(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text('description = "d"\ncommand = ["{python}", "-m", "x", "--port", "{port}", '
