@@ -12,7 +12,7 @@ router can be caught and named.
 
 Attribution comes from the router: the transport sends each request's id as `X-Request-Id`, the
 router (started with `--log-level debug`) logs `request_id="..."` with the worker URL it sent it
-to, and `Topology.attribution()` reads that back, in order (the k-th time an id appears is its
+to, and `Topology.attribution()` reads that back (topology_workers.read_attribution), in order (the k-th time an id appears is its
 k-th repeat). Nothing here knows a request's meaning; replay/jobs/routing.py judges with it.
 
 A topology of `kind = "pd"` (replay/server/pd_topology.py) is prefill and decode workers behind
@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,7 +40,9 @@ from replay.server.pd_topology import (
     read_pd_attribution, warm_up_pair,
 )
 from replay.server.profile import LOOPBACK, LaunchProfile, Notify, check_values, load_profile
-from replay.server.topology_workers import parse_worker_templates, shared_directory, worker_launch
+from replay.server.topology_workers import (
+    parse_worker_templates, read_attribution, shared_directory, worker_launch,
+)
 from replay.utils.errors import ServerError, UsageError
 
 ROUTER_PYTHON_ENV = "GOLDEN_ROUTER_PYTHON"
@@ -376,30 +377,3 @@ def wait_for_workers(topology: Topology, api_key: str | None = None) -> None:
     raise ServerError(f"topology {topology.profile.name!r}: the router saw {len(seen & want)} of "
                       f"{len(want)} workers healthy within {topology.profile.startup_timeout:g} s "
                       f"(router log: {topology.router_log})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Attribution
-# ---------------------------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_SENT = re.compile(r'request_id="([^"]+)".*Sending request url=(\S+)')
-
-
-def read_attribution(router_log: Path, worker_index: dict[str, int]) -> dict[str, list[int]]:
-    """request id -> worker indexes, in the order the router sent them (its debug log)."""
-    sent: dict[str, list[int]] = {}
-    try:
-        text = router_log.read_text(errors="replace")
-    except OSError:
-        return sent
-    for line in text.splitlines():
-        match = _SENT.search(_ANSI.sub("", line))
-        if not match:
-            continue
-        url = match.group(2).rstrip("/")
-        for base, index in worker_index.items():
-            if url == base or url.startswith(base + "/"):
-                sent.setdefault(match.group(1), []).append(index)
-                break
-    return sent

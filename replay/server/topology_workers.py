@@ -9,11 +9,15 @@ reads its directory from the environment (SGLang's file backend:
 `SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`) can only be pointed at the shared directory through
 `worker_env`. A topology with `shared_storage = true` that places `{shared_storage}` nowhere
 gives every worker `--storage-dir DIR` (the embedded engine's flag), as before these keys.
+
+And which worker served each request, read back from the router's debug log
+(`read_attribution`: the k-th time an id appears is its k-th repeat).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import string
 import tempfile
@@ -78,3 +82,26 @@ def _placeholders(where: str, templates: Sequence[str]) -> set[str]:
         except ValueError as exc:  # an unmatched brace
             raise UsageError(f"{where}: bad placeholder syntax in {template!r}: {exc}") from None
     return found
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SENT = re.compile(r'request_id="([^"]+)".*Sending request url=(\S+)')
+
+
+def read_attribution(router_log: Path, worker_index: dict[str, int]) -> dict[str, list[int]]:
+    """request id -> worker indexes, in the order the router sent them (its debug log)."""
+    sent: dict[str, list[int]] = {}
+    try:
+        text = router_log.read_text(errors="replace")
+    except OSError:
+        return sent
+    for line in text.splitlines():
+        match = _SENT.search(_ANSI.sub("", line))
+        if not match:
+            continue
+        url = match.group(2).rstrip("/")
+        for base, index in worker_index.items():
+            if url == base or url.startswith(base + "/"):
+                sent.setdefault(match.group(1), []).append(index)
+                break
+    return sent

@@ -8,37 +8,13 @@ import pytest
 
 from replay.server.topology import (
     RoutedURL, Topology, Worker, builtin_topology_names, is_topology, load_topology,
-    parse_topology, read_attribution,
+    parse_topology,
 )
 from replay.server.profile import load_profile
 from replay.server.topology_workers import worker_launch
 from replay.utils.errors import UsageError
-from tests.support import paths
 
 GPU = ("-gpu", "-gpu-shared-storage")  # the built-in topologies of real SGLang GPU workers
-LOG = paths.DATA / "router" / "round-robin-debug.log"
-WORKERS = {"http://127.0.0.1:35397": 0, "http://127.0.0.1:41117": 1}
-
-
-def test_the_router_log_says_which_worker_got_each_request():
-    sent = read_attribution(LOG, WORKERS)
-    assert sent["g0/b0/t0"] == [1] and sent["g2/b2/t0"] == [0] and sent["g0/b2/t0"] == [0]
-
-
-def test_requests_the_tool_did_not_send_are_not_attributed():
-    assert all(key.startswith("g") for key in read_attribution(LOG, WORKERS))
-
-
-def test_an_id_sent_twice_is_attributed_once_per_send_in_order(tmp_path):
-    log = tmp_path / "router.log"
-    line = 'x request_id="g0/b0/t1"}: smg::observability::events: Sending request url=URL\n'
-    log.write_text(line.replace("URL", "http://127.0.0.1:35397")
-                   + line.replace("URL", "http://127.0.0.1:41117"))
-    assert read_attribution(log, WORKERS) == {"g0/b0/t1": [0, 1]}
-
-
-def test_a_missing_router_log_attributes_nothing(tmp_path):
-    assert read_attribution(tmp_path / "none.log", WORKERS) == {}
 
 
 def test_builtin_topologies_load_and_name_a_real_worker_profile():
