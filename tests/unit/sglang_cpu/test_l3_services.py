@@ -52,3 +52,13 @@ class Exited:
 def test_a_service_that_exits_before_it_listens_is_an_error():
     with pytest.raises(SystemExit, match="exited with code 3 before it listened"):
         l3_services.wait_listening(Exited(), l3_services.free_port(), "fake")
+
+
+def test_the_filer_socket_sits_in_its_data_directory_when_the_path_fits(tmp_path):
+    assert l3_services.filer_socket(tmp_path, 8888) == tmp_path / "filer.sock"
+
+
+def test_a_data_directory_too_deep_for_a_unix_socket_puts_the_filer_socket_in_tmp(tmp_path):
+    deep = tmp_path / ("d" * 120)
+    sock = l3_services.filer_socket(deep, 8888)
+    assert len(str(sock).encode()) <= l3_services.UNIX_PATH_MAX and "8888" in sock.name
