@@ -20,10 +20,36 @@ HERE = Path(__file__).resolve().parent
 REGISTRATION = HERE / "kvcache_ops.cpp"
 # The kernels a 2-layer Llama reaches on a CPU without AMX (real-engines.md, SGLang section).
 KERNELS = ("csrc/cpu/kvcache.cpp",)
-# The upstream CMakeLists' x86-64 flags, less the AMX ones (this project's CPUs have none).
-CFLAGS = ("-O3", "-Wno-unknown-pragmas", "-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni",
-          "-fopenmp", "-std=c++17")
+# The upstream CMakeLists' x86-64 flags, less the AMX ones (this project's CPUs have none), on a
+# CPU with AVX-512; on one without (the AMD EPYC runners have AVX2 only) x86-64-v3: built with
+# -march=x86-64-v4 there, the compiler's AVX-512 code killed the loader with SIGILL (exit 132).
+# Without AMX, vec.h leaves CPU_CAPABILITY_AVX512 undefined either way: kvcache.cpp's copies are
+# its scalar loops, the same bytes moved whatever the flags.
+AVX512_FLAGS = ("-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni")
+AVX2_FLAGS = ("-march=x86-64-v3",)
 LDFLAGS = ("-fopenmp", "-lnuma")
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of the first CPU in a /proc/cpuinfo text."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def compile_flags(cpuinfo: str) -> tuple[str, ...]:
+    """The compiler flags for the CPU this build runs on (the kernel runs where it is built)."""
+    have = cpu_flags(cpuinfo)
+    isa = AVX512_FLAGS if {"avx512f", "avx512_bf16", "avx512_vnni"} <= have else AVX2_FLAGS
+    return ("-O3", "-Wno-unknown-pragmas", *isa, "-fopenmp", "-std=c++17")
+
+
+def machine_cflags() -> tuple[str, ...]:
+    try:
+        return compile_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return compile_flags("")
 
 
 def build_key(source: Path) -> str:
@@ -34,7 +60,7 @@ def build_key(source: Path) -> str:
         digest.update(path.read_bytes())
     for header in sorted((source / "csrc" / "cpu").glob("*.h")):
         digest.update(header.read_bytes())
-    digest.update(" ".join((*CFLAGS, *LDFLAGS, torch.__version__, sys.version)).encode())
+    digest.update(" ".join((*machine_cflags(), *LDFLAGS, torch.__version__, sys.version)).encode())
     return digest.hexdigest()[:16]
 
 
@@ -52,7 +78,7 @@ def build(source: Path, cache: Path) -> Path:
     cpp_extension.load(
         name="common_ops",
         sources=[str(REGISTRATION), *(str(source / k) for k in KERNELS)],
-        extra_cflags=list(CFLAGS),
+        extra_cflags=list(machine_cflags()),
         extra_ldflags=list(LDFLAGS),
         extra_include_paths=[str(source / "csrc" / "cpu"), str(source / "include")],
         build_directory=str(work),
