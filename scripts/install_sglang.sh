@@ -15,7 +15,7 @@
 # Safe to run again: a second run checks the stamp (the versions installed here, the user
 # environment's prefix and a hash of its distributions: scripts/user_env.py) and exits in about a
 # second; when the user environment changed, it installs again (pip reuses what is there).
-# `--python` prints the venv's interpreter; `--stamp` the stamp a complete install would record;
+# `--python` prints the venv's interpreter; `--packages` what pip installs beside SGLang; `--stamp` the stamp a complete install would record;
 # `--link-only` makes the venv and its .pth and stops (no SGLang: tests of the mechanism use it). The tool itself never needs SGLang. Measured on the 2-core dev machine: docs/engine.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,10 @@ NAME=install_sglang
 
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is (scripts/test.sh runs pytest on it)
     echo "$VPY"
+    exit 0
+fi
+if [ "${1:-}" = "--packages" ]; then  # what pip installs beside SGLang, one a line (tests read it)
+    printf '%s\n' "${PACKAGES[@]}"
     exit 0
 fi
 FINGERPRINT="$(user_env_fingerprint)" || {

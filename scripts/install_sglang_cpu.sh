@@ -21,7 +21,7 @@
 # tarball of the vendored layout.
 #
 # Safe to run again: a second run compares its stamp and exits at once. `--python` prints the
-# venv's interpreter; `--stamp` the stamp a complete install would record; `--link-only` makes the
+# venv's interpreter; `--packages` what pip installs beside SGLang; `--stamp` the stamp a complete install would record; `--link-only` makes the
 # venv and its .pth and stops (tests of the mechanism use it). The tool itself never needs any of
 # this. Needs gcc, libnuma-dev and libibverbs1 (Mooncake's store links it).
 set -euo pipefail
@@ -38,8 +38,8 @@ TARBALL_PREFIX="python/sglang/kernels/aot"
 # the scheduler side imports (metrics, hashing, grammar backends).
 source scripts/sglang_pins.sh
 PACKAGES=(
-    "${SGLANG_FRONTEND_PACKAGES[@]}" "ninja" "prometheus-client" "orjson" "xxhash" "interegular"
-    "llguidance>=1.7.6,<2" "zstandard"
+    "${SGLANG_FRONTEND_PACKAGES[@]}" "ninja" "prometheus-client" "xxhash" "interegular"
+    "llguidance>=1.7.6,<2"
 )
 if [ -n "${GOLDEN_SGLANG_SRC:-}" ]; then
     SGLANG=(-e "$GOLDEN_SGLANG_SRC/python")
@@ -53,6 +53,10 @@ NAME=install_sglang_cpu
 source scripts/linked_venv.sh
 if [ "${1:-}" = "--python" ]; then  # where the interpreter is
     echo "$VPY"
+    exit 0
+fi
+if [ "${1:-}" = "--packages" ]; then  # what pip installs beside SGLang, one a line (tests read it)
+    printf '%s\n' "${PACKAGES[@]}"
     exit 0
 fi
 FINGERPRINT="$(user_env_fingerprint)" || {

@@ -105,3 +105,37 @@ def test_a_failing_request_in_a_shard_makes_the_merge_exit_1(shard_artifacts, tm
     assert res.returncode == 1, res.stdout + res.stderr
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert merged["matrix"]["verdicts"]["embedded-hicache"] == "fail"
+
+
+def install_steps(job: dict) -> list[str]:
+    return [s["run"].strip() for s in job["steps"] if "run" in s and s["run"].startswith("pip ")]
+
+
+def test_a_hosted_job_that_needs_the_engine_installs_the_pinned_cpu_torch_first():
+    """A hosted runner has no torch: unpinned, pip fetches a multi-GB CUDA build, and a torch
+    that floats drifts from the committed goldens."""
+    jobs = [job for job in workflow()["jobs"].values() if job["runs-on"] == "ubuntu-latest"
+            and any("engine" in step for step in install_steps(job))]
+    assert jobs
+    for job in jobs:
+        steps = install_steps(job)
+        engine = next(i for i, step in enumerate(steps) if "engine" in step)
+        torch = [step for step in steps[:engine] if "torch" in step]
+        assert torch == ["pip install torch==2.13.0 --index-url "
+                         "https://download.pytorch.org/whl/cpu"], steps
+
+
+def test_every_golden_a_job_replays_is_one_the_recipe_records():
+    recorded = set(re.findall(r"--out (\S+\.zarr)", DOC.read_text().split("## 2.")[0]))
+    replayed = {step.split()[2] for job in workflow()["jobs"].values()
+                for step in golden_steps(job) if step.split()[1] in ("matrix", "replay")}
+    assert replayed and replayed <= recorded, (replayed, recorded)
+    assert all((paths.REPO / golden).is_dir() for golden in replayed if "h200" not in golden)
+
+
+def test_no_long_job_silences_its_progress_lines():
+    """A CI log shows a long job's progress as plain lines (docs/ci.md): `-q` would hide them."""
+    for job in workflow()["jobs"].values():
+        for step in golden_steps(job):
+            if step.split()[1] in ("matrix", "replay", "record", "update"):
+                assert not {"-q", "--quiet"} & set(step.split()), step

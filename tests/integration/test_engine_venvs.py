@@ -5,8 +5,12 @@ a venv, `--system-site-packages` alone gives the base's: SGLang's import then di
 named 'aiohttp'`, and `python -m replay.sglang_cpu` found no golden-replay), and each "already
 installed" stamp notices when that venv changes.
 
-The user venv is made with --system-site-packages (so torch is the base's, as on this machine) and
-holds two packages nobody else has: one installed plainly, one as an editable install does it (a
+The user venv is made on top of the environment running the tests: a venv of the base interpreter
+with a .pth that adds the running environment's site directories (scripts/user_env.py pth, the
+installers' own mechanism), so torch is found wherever the suite runs: in the base interpreter, as
+on the dev machine, or in a venv made with a Python that has no torch, as on a fresh machine
+(`--system-site-packages` alone gives the base's packages, never the running venv's). It holds
+two packages nobody else has: one installed plainly, one as an editable install does it (a
 .pth file pointing at a source folder). Each script makes its venv with `--link-only` (the venv
 and its view of the user environment, shared code in scripts/linked_venv.sh: seconds); the pip
 installs a full run adds on top are what scripts/test.sh runs, and the whole suite then runs on
@@ -46,6 +50,15 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", sys.executable)
 
 
+RUNNING_ENV_PTH = "00-golden-test-running-env.pth"
+
+
+def running_env_pth() -> str:
+    """The .pth lines that let another interpreter see the environment running the tests."""
+    return subprocess.run([sys.executable, str(paths.REPO / "scripts" / "user_env.py"), "pth"],
+                          check=True, capture_output=True, text=True).stdout
+
+
 def site_packages(venv: Path) -> Path:
     return next((venv / "lib").glob("python3*/site-packages"))
 
@@ -73,6 +86,7 @@ def user_venv(tmp_path_factory) -> Path:
     subprocess.run([base_python(), "-m", "venv", "--system-site-packages", "--without-pip",
                     str(venv)], check=True)
     site = site_packages(venv)
+    (site / RUNNING_ENV_PTH).write_text(running_env_pth())  # torch, wherever it is installed
     add_distribution(site, "golden_probe_plain")
     source = root / "src"
     source.mkdir()
@@ -104,7 +118,13 @@ def test_the_engine_venv_sees_the_user_venvs_packages_and_editable_installs(link
     assert probe.stdout.strip() == "user venv visible", probe.stderr
 
 
-def test_the_engine_venv_sees_the_base_interpreters_torch(linked):
+def test_the_user_venv_sees_the_running_environments_torch(user_venv):
+    """What the installers check first (`torch is not installed in ...`): true on a fresh machine."""
+    probe = run_in(user_venv, "import torch; print(torch.__version__)")
+    assert probe.returncode == 0, probe.stderr
+
+
+def test_the_engine_venv_sees_the_user_environments_torch(linked):
     probe = run_in(linked, "import torch; print(torch.__version__)")
     assert probe.returncode == 0, probe.stderr
 

@@ -238,7 +238,23 @@ def test_an_ignored_sigint_stays_ignored_while_golden_starts():
             "from cli import startup_interrupt; startup_interrupt.arm()\n"
             "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=sigint_as_from_a_terminal)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_golden_started_with_ctrl_c_ignored_leaves_it_ignored():
+    """`nohup golden ... &`, a script's `golden ... &`: the ignore is the caller's choice, so the
+    guard takes nothing and the command gets no KeyboardInterrupt back (tests/support/signals.py)."""
+    code = ("import signal\n"
+            "from cli import startup_interrupt; startup_interrupt.arm()\n"
+            "from types import SimpleNamespace\n"
+            "from cli.main import main\n"
+            "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert out.stdout.strip() == "True", out.stderr
 
 
@@ -252,5 +268,21 @@ def test_the_command_gets_ctrl_c_back_as_a_keyboard_interrupt():
             "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=sigint_as_from_a_terminal)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_golden_started_with_ctrl_c_ignored_leaves_it_ignored():
+    """`nohup golden ... &`, a script's `golden ... &`: the ignore is the caller's choice, so the
+    guard takes nothing and the command gets no KeyboardInterrupt back (tests/support/signals.py)."""
+    code = ("import signal\n"
+            "from cli import startup_interrupt; startup_interrupt.arm()\n"
+            "from types import SimpleNamespace\n"
+            "from cli.main import main\n"
+            "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert out.stdout.strip() == "True", out.stderr

@@ -20,3 +20,13 @@ def test_the_check_sees_such_a_path():
     assert OUTSIDE.search("see ../shared/real-engines.md") and OUTSIDE.search("at /work/main")
     assert OUTSIDE.search("the note `shared/portable-math.md`")
     assert not OUTSIDE.search("docs/report.md, replay/server/shared_thing.py")
+
+
+def test_the_readme_names_the_pytest_plugin_the_package_ships():
+    """The plugin is how a project that runs pytest uses the tool: the README says it exists."""
+    import tomllib
+    plugins = tomllib.loads((paths.REPO / "pyproject.toml").read_text())["project"][
+        "entry-points"]["pytest11"]
+    readme = (paths.REPO / "README.md").read_text()
+    assert "pytest plugin" in readme and "(docs/ci.md#pytest)" in readme
+    assert all(f"`{name}`" in readme for name in plugins)
