@@ -68,7 +68,7 @@ def print_matrix(doc: dict[str, Any]) -> None:
     pass, one verdict line per profile and the matrix verdict (last). A profile's error is one
     `error: PROFILE: ...` line on stderr."""
     from cli import render
-    from replay.report.views import flake_lines
+    from replay.report.views import flake_lines, fold
 
     table = matrix_table(doc)
     if table is not None and render.out.is_terminal and not render.fits(table):
@@ -92,17 +92,20 @@ def print_matrix(doc: dict[str, Any]) -> None:
         if name is not None and reports[name]["verdict"] == "error":
             render.err.print(f"error: {name}: {reports[name]['error']}", markup=False)
         else:
-            render.out.print(line, markup=False)
+            for row in fold(line):
+                render.out.print(row, markup=False)
 
 
 def cell(request: dict[str, Any]) -> str:
-    """One request's outcome in a few characters: ok, drift@POS, token@POS, top_k@POS, miss."""
+    """One request's outcome in a few words: ok, where it first differs in the JUnit wording
+    (`first difference at POS (KIND); tokens diverge at POS`), miss, or its status."""
+    from replay.report.views import difference_phrase
+
     if request["passed"]:
         return "ok"
-    first = request.get("first_divergence")
-    if first:
-        kind = {"token": "token", "logprob": "drift", "top_k": "top_k"}.get(first["kind"], first["kind"])
-        return f"{kind}@{first['position']}"
+    phrase = difference_phrase(request, terse=True)
+    if phrase:
+        return phrase
     return "miss" if request["status"] == "cache_miss" else request["status"]
 
 
@@ -134,11 +137,12 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS, numbered: bool = 
 
 
 def failure_lines(doc: dict[str, Any]) -> list[str]:
-    from replay.report.views import first_failure_lines
+    from replay.report.views import first_failure_lines, fold
 
     lines = []
     for name in doc["matrix"]["profiles"]:
-        lines.extend(f"{name}: {line}" for line in first_failure_lines(doc["matrix"]["reports"][name]))
+        for line in first_failure_lines(doc["matrix"]["reports"][name]):
+            lines.extend(fold(f"{name}: {line}"))
     return lines
 
 

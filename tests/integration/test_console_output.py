@@ -80,9 +80,35 @@ def test_failure_lines_fit_a_terminal(golden):
     with StubServer(StubConfig(tamper=drift_in_repeat(golden, "g0/b1/t1", {0}))) as stub:
         res = piped("replay", str(golden), "--server", stub.url, "-q")
     assert res.returncode == 1
-    [line] = [l for l in res.stdout.splitlines() if l.startswith("g0/b1/t1")]
-    assert line.startswith("g0/b1/t1#0 logprob_drift at 3: token ")
-    assert len(line) <= 100, line
+    lines = res.stdout.splitlines()
+    at = lines.index("g0/b1/t1#0 logprob_drift: first difference at output position 3 (logprob)")
+    assert lines[at + 1].startswith("  golden token ")
+    assert max(len(l) for l in lines) <= 120
+
+
+def test_a_failing_replay_names_every_failing_request_in_lines_of_at_most_120_characters(
+        golden, tmp_path):
+    g = read_golden(golden)
+    broken = {tuple(g.input_ids(i).tolist()): r.id for i, r in enumerate(g.requests)
+              if r.parent >= 0}
+
+    def tamper(n, ids, resp):
+        if tuple(ids) in broken:
+            row = resp["meta_info"]["output_token_logprobs"][1]
+            row[0] = float(row[0]) * (1 + 1e-12)
+            resp["meta_info"]["cached_tokens"] = 0
+        return resp
+    with StubServer(StubConfig(tamper=tamper)) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "-q", "--expect-cache",
+                    "attention", "--junit", str(tmp_path / "j.xml"))
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(l) for l in lines) <= 120, max(lines, key=len)
+    for rid in broken.values():
+        assert f"{rid}#0 logprob_drift: first difference at output position 1 (logprob)" in lines
+        assert any(l.startswith(f"{rid}#0 cache_miss: cached_tokens 0 ") for l in lines), rid
+    assert "cache_miss: cached_tokens 0 " in (tmp_path / "j.xml").read_text()
+    assert any(l.startswith("FAIL: ") for l in lines)
 
 
 def test_flake_counts_per_request_after_repeat(golden):

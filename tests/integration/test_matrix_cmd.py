@@ -115,7 +115,7 @@ def test_request_by_profile_table(cli_run):
     assert table.row_count == 8
     cells = {c.header: list(c._cells) for c in table.columns}
     assert set(cells["good"]) == {"ok"} and set(cells["broken"]) == {"error"}
-    assert set(cells["drift"]) == {"drift@1"}
+    assert set(cells["drift"]) == {"first difference at 1 (logprob)"}
 
 
 def test_large_tables_show_only_requests_not_passing_everywhere(cli_run):
