@@ -14,7 +14,6 @@ import typer
 from cli import options as o
 
 EXIT_CODES = {"pass": 0, "fail": 1}
-TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywhere are listed
 
 
 @o.takes_replay_options()
@@ -62,7 +61,8 @@ def matrix(
 
 
 def print_matrix(doc: dict[str, Any]) -> None:
-    """The request x profile table, whole (in a pipe at full width; on a terminal too narrow for
+    """A count line per passing profile, the request x profile table of the rest (the requests
+    that did not pass somewhere), whole (in a pipe at full width; on a terminal too narrow for
     the profile names, with numbered columns and a legend), one line per failing request, the
     requests that failed in some repeats, the command that reruns each profile that did not
     pass, one verdict line per profile and the matrix verdict (last). A profile's error is one
@@ -70,11 +70,13 @@ def print_matrix(doc: dict[str, Any]) -> None:
     from cli import render
     from replay.report.views import flake_lines, fold
 
+    for line in passing_lines(doc):
+        render.out.print(line, markup=False)
     table = matrix_table(doc)
     if table is not None and render.out.is_terminal and not render.fits(table):
         table = matrix_table(doc, numbered=True)
         render.out.print(table)
-        for i, name in enumerate(doc["matrix"]["profiles"], 1):
+        for i, name in enumerate(shown_profiles(doc), 1):
             render.out.print(f"  {i} = {name}", markup=False)
     elif table is not None:
         render.print_whole(table)
@@ -109,23 +111,42 @@ def cell(request: dict[str, Any]) -> str:
     return "miss" if request["status"] == "cache_miss" else request["status"]
 
 
-def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS, numbered: bool = False) -> Any:
-    """The table; `numbered`: columns headed 1..n instead of profile names (a legend follows)."""
+def shown_profiles(doc: dict[str, Any]) -> list[str]:
+    """The profiles the table has a column for: those that did not pass (a passing one is a
+    count line, `passing_lines`)."""
+    reports = doc["matrix"]["reports"]
+    return [n for n in doc["matrix"]["profiles"] if reports[n]["verdict"] != "pass"]
+
+
+def passing_lines(doc: dict[str, Any]) -> list[str]:
+    """One count line per passing profile instead of a column of `ok`s."""
+    reports = doc["matrix"]["reports"]
+    lines = []
+    for name in doc["matrix"]["profiles"]:
+        if reports[name]["verdict"] == "pass":
+            n = len(reports[name].get("requests") or [])
+            lines.append(f"{name}: all {n} request(s) ok")
+    return lines
+
+
+def matrix_table(doc: dict[str, Any], numbered: bool = False) -> Any:
+    """The requests that did not pass on some profile, by the profiles that did not pass (None
+    when there are none); `numbered`: columns headed 1..n instead of names (a legend follows)."""
     from rich.table import Table
 
-    names = doc["matrix"]["profiles"]
+    names = shown_profiles(doc)
     reports = doc["matrix"]["reports"]
     cells: dict[tuple[str, int], dict[str, str]] = {}
-    for name in names:
+    for name in doc["matrix"]["profiles"]:
         for r in reports[name].get("requests") or []:
             cells.setdefault((r["id"], r["repeat"]), {})[name] = cell(r)
-    if not cells:
+    if not cells or not names:
         return None
-    rows = list(cells.items())
-    caption = None
-    if len(rows) > limit:
-        rows = [(k, v) for k, v in rows if any(c != "ok" for c in v.values())]
-        caption = f"{len(cells) - len(rows)} request(s) passing on every profile not shown"
+    rows = [(k, v) for k, v in cells.items() if any(v.get(n) != "ok" for n in names)]
+    if not rows:
+        return None
+    passing = len(cells) - len(rows)
+    caption = f"{passing} request(s) ok on every profile not shown" if passing else None
     table = Table(title=f"{doc['golden']}: request x profile", caption=caption)
     table.add_column("request", overflow="fold")
     for i, name in enumerate(names, 1):

@@ -111,6 +111,14 @@ def test_a_failing_replay_names_every_failing_request_in_lines_of_at_most_120_ch
     assert any(l.startswith("FAIL: ") for l in lines)
 
 
+def test_a_passing_replay_in_a_pipe_prints_its_verdict_and_no_request_rows(golden):
+    with StubServer(StubConfig()) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "-q")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("PASS: ") and all(l.startswith("    ") for l in lines[1:])
+
+
 def test_flake_counts_per_request_after_repeat(golden):
     with StubServer(StubConfig(tamper=drift_in_repeat(golden, "g1/b0/t1", {0, 2}))) as stub:
         res = piped("replay", str(golden), "--server", stub.url, "--repeat", "3", "-q")
@@ -156,7 +164,7 @@ def printed(monkeypatch, console: Console) -> str:
 def test_the_matrix_table_prints_whole_in_a_pipe(monkeypatch):
     text = printed(monkeypatch, Console(file=io.StringIO(), width=80))
     header = next(l for l in text.splitlines() if l.startswith("┃ request"))
-    for name in MATRIX["matrix"]["profiles"]:
+    for name in matrix_cmd.shown_profiles(MATRIX):
         assert name in header
     assert "…" not in text
 
@@ -167,5 +175,5 @@ def test_the_matrix_table_prints_whole_on_an_80_column_terminal(monkeypatch):
     plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
     assert "…" not in plain
     assert max(len(l) for l in plain.splitlines() if "│" in l or "┃" in l) <= 80
-    for i, name in enumerate(MATRIX["matrix"]["profiles"], 1):
+    for i, name in enumerate(matrix_cmd.shown_profiles(MATRIX), 1):
         assert f"  {i} = {name}" in plain.splitlines()
