@@ -68,7 +68,7 @@ def print_matrix(doc: dict[str, Any]) -> None:
     pass, one verdict line per profile and the matrix verdict (last). A profile's error is one
     `error: PROFILE: ...` line on stderr."""
     from cli import render
-    from replay.report.views import flake_lines, fold
+    from replay.report.views import flake_lines, fold, shell_lines
 
     for line in passing_lines(doc):
         render.out.print(line, markup=False)
@@ -88,14 +88,23 @@ def print_matrix(doc: dict[str, Any]) -> None:
         for line in flake_lines(reports[name]):
             render.out.print(f"{name}: {line}", markup=False)
     for name in names:
-        if reports[name]["verdict"] != "pass" and reports[name].get("rerun"):
-            render.out.print(f"rerun {name}: {reports[name]['rerun']}", markup=False)
+        for command in rerun_commands(reports[name]):
+            for row in shell_lines(f"rerun {name}: {command}"):
+                render.out.print(row, markup=False)
     for name, line in zip([*names, None], verdict_lines(doc)):
         if name is not None and reports[name]["verdict"] == "error":
             render.err.print(f"error: {name}: {reports[name]['error']}", markup=False)
         else:
             for row in fold(line):
                 render.out.print(row, markup=False)
+
+
+def rerun_commands(report: dict[str, Any]) -> list[str]:
+    """What reruns a profile that did not pass: its `rerun`, or after a merge (`reruns`) the
+    command of each of its shards that did not pass."""
+    if report.get("reruns"):
+        return list(report["reruns"])
+    return [report["rerun"]] if report["verdict"] != "pass" and report.get("rerun") else []
 
 
 def cell(request: dict[str, Any]) -> str:

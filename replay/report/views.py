@@ -6,6 +6,7 @@ same for a replay, a `golden diff`, a matrix profile and merged shard reports.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections import Counter
 from typing import Any
@@ -162,6 +163,36 @@ def flake_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
     if len(ranked) > limit:
         lines.append(f"... and {len(ranked) - limit} more request(s) (see --report)")
     return lines
+
+
+SHELL_WORD = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
+
+
+def rerun_lines(report: dict[str, Any], width: int = WIDTH) -> list[str]:
+    """The commands that rerun what did not pass (`rerun`: the one replay or matrix profile;
+    `reruns`: each shard of a merged report that did not pass), each as `rerun: golden replay
+    ...`, broken into shell continuation lines of at most `width` characters."""
+    if report.get("reruns"):
+        commands = list(report["reruns"])
+    elif report.get("rerun") and report.get("verdict") == "fail":
+        commands = [report["rerun"]]
+    else:
+        commands = []
+    return [line for command in commands for line in shell_lines(f"rerun: {command}", width)]
+
+
+def shell_lines(command: str, width: int = WIDTH) -> list[str]:
+    """A shell command in lines of at most `width` characters (where its words allow), each but
+    the last ending in ` \\`, so the lines pasted together still run it."""
+    rows: list[str] = []
+    current = ""
+    for word in SHELL_WORD.findall(command):
+        if current and len(f"{current} {word}") > width - 2:
+            rows.append(current + " \\")
+            current = "    " + word
+        else:
+            current = f"{current} {word}" if current else word
+    return [*rows, current]
 
 
 def verdict_lines(report: dict[str, Any], prefix: str = "", width: int = WIDTH) -> list[str]:

@@ -20,6 +20,7 @@ from cli import matrix_cmd, render
 from cli.progress import ProgressLines
 from replay.golden.store import read_golden
 from tests.support import paths
+from tests.support.console import joined_commands
 from tests.support.goldens import SMALL_TREE, record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -108,6 +109,8 @@ def test_a_failing_replay_names_every_failing_request_in_lines_of_at_most_120_ch
         assert f"{rid}#0 logprob_drift: first difference at output position 1 (logprob)" in lines
         assert any(l.startswith(f"{rid}#0 cache_miss: cached_tokens 0 ") for l in lines), rid
     assert "cache_miss: cached_tokens 0 " in (tmp_path / "j.xml").read_text()
+    [rerun] = joined_commands(res.stdout)
+    assert rerun.startswith(f"rerun: golden replay {golden} --server {stub.url} --api auto ")
     assert any(l.startswith("FAIL: ") for l in lines)
 
 

@@ -14,6 +14,7 @@ from replay.jobs.matrix import run_matrix
 from replay.run.replayer import ReplayOptions
 from replay.server.target import ServerTarget
 from replay.server.transport import ClientOptions
+from tests.support.console import joined_commands
 from tests.unit.jobs.test_matrix import matrix_app, setup  # noqa: F401 - a fixture
 
 runner = CliRunner()
@@ -102,7 +103,7 @@ def test_each_profile_report_carries_the_command_that_replays_it_alone(cli_run, 
 
 def test_the_console_gives_the_rerun_of_each_profile_that_did_not_pass(cli_run):
     result, doc, _, _ = cli_run
-    reruns = [line for line in result.stdout.splitlines() if line.startswith("rerun ")]
+    reruns = joined_commands(result.stdout, "rerun ")
     reports = doc["matrix"]["reports"]
     assert reruns == [f"rerun broken: {reports['broken']['rerun']}",
                       f"rerun drift: {reports['drift']['rerun']}"]
