@@ -208,7 +208,8 @@ def write_outputs(out: Path, golden: Golden, golden_path: Path, target: ServerTa
     if report is not None:
         write_atomic(out / "report.json", json_text(report))
     if result.reproduced:
-        write_atomic(out / "repro.sh", repro_script(golden, target, settings, result, failure),
+        write_atomic(out / "repro.sh",
+                     repro_script(target, settings, result, failure, requests=golden.requests),
                      mode=0o755)
     doc = minimize_record(golden, golden_path, target, settings, failure, result, seconds,
                           replays)
@@ -271,8 +272,8 @@ def kept_words(requests: Sequence[Any], keep: Sequence[int], failing: Sequence[s
     return ", ".join(words)
 
 
-def repro_script(golden: Golden, target: ServerTarget, settings: MinimizeSettings,
-                 result: Result, failure: Failure) -> str:
+def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Result,
+                 failure: Failure, *, requests: Sequence[Any] = ()) -> str:
     """repro.sh (replay/jobs/minimize/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
     c = result.final
     final = replace(settings.options, schedule=c.schedule, repeat=c.repeat)
@@ -280,7 +281,7 @@ def repro_script(golden: Golden, target: ServerTarget, settings: MinimizeSetting
     options = ["--api", settings.api, *replay_argv(final), *client_argv(client)]
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
+    kept = f": {kept_words(requests, c.keep, result.judgement.failing)}" if requests else ""
     return repro_sh(target.argv(), options, secrets=script_secrets(target, settings.client),
                     summary=f"Reruns the minimized replay ({failure}{flaky}) of {len(c.keep)} "
-                            "request(s): "
-                            + kept_words(golden.requests, c.keep, result.judgement.failing) + ".")
+                            f"request(s){kept}.")
