@@ -18,3 +18,11 @@ def joined_commands(stdout: str, prefix: str = "rerun") -> list[str]:
                 break
         commands.append(" ".join(words))
     return commands
+
+
+def verdict_text(stdout: str) -> str:
+    """The verdict (`PASS: ...` or `FAIL: ...`, the last thing printed) with its folded lines
+    joined back into the one line the report's verdict is."""
+    lines = stdout.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith(("PASS", "FAIL")))
+    return " ".join(line.strip() for line in lines[start:])
