@@ -14,7 +14,6 @@ import typer
 from cli import options as o
 
 EXIT_CODES = {"pass": 0, "fail": 1}
-TABLE_ROWS = 40  # beyond this many requests only the ones not passing everywhere are listed
 
 
 @o.takes_replay_options()
@@ -62,19 +61,22 @@ def matrix(
 
 
 def print_matrix(doc: dict[str, Any]) -> None:
-    """The request x profile table, whole (in a pipe at full width; on a terminal too narrow for
+    """A count line per passing profile, the request x profile table of the rest (the requests
+    that did not pass somewhere), whole (in a pipe at full width; on a terminal too narrow for
     the profile names, with numbered columns and a legend), one line per failing request, the
     requests that failed in some repeats, the command that reruns each profile that did not
     pass, one verdict line per profile and the matrix verdict (last). A profile's error is one
     `error: PROFILE: ...` line on stderr."""
     from cli import render
-    from replay.report.views import flake_lines
+    from replay.report.views import flake_lines, fold, shell_lines
 
+    for line in passing_lines(doc):
+        render.out.print(line, markup=False)
     table = matrix_table(doc)
     if table is not None and render.out.is_terminal and not render.fits(table):
         table = matrix_table(doc, numbered=True)
         render.out.print(table)
-        for i, name in enumerate(doc["matrix"]["profiles"], 1):
+        for i, name in enumerate(shown_profiles(doc), 1):
             render.out.print(f"  {i} = {name}", markup=False)
     elif table is not None:
         render.print_whole(table)
@@ -86,43 +88,74 @@ def print_matrix(doc: dict[str, Any]) -> None:
         for line in flake_lines(reports[name]):
             render.out.print(f"{name}: {line}", markup=False)
     for name in names:
-        if reports[name]["verdict"] != "pass" and reports[name].get("rerun"):
-            render.out.print(f"rerun {name}: {reports[name]['rerun']}", markup=False)
+        for command in rerun_commands(reports[name]):
+            for row in shell_lines(f"rerun {name}: {command}"):
+                render.out.print(row, markup=False)
     for name, line in zip([*names, None], verdict_lines(doc)):
         if name is not None and reports[name]["verdict"] == "error":
             render.err.print(f"error: {name}: {reports[name]['error']}", markup=False)
         else:
-            render.out.print(line, markup=False)
+            for row in fold(line):
+                render.out.print(row, markup=False)
+
+
+def rerun_commands(report: dict[str, Any]) -> list[str]:
+    """What reruns a profile that did not pass: its `rerun`, or after a merge (`reruns`) the
+    command of each of its shards that did not pass."""
+    if report.get("reruns"):
+        return list(report["reruns"])
+    return [report["rerun"]] if report["verdict"] != "pass" and report.get("rerun") else []
 
 
 def cell(request: dict[str, Any]) -> str:
-    """One request's outcome in a few characters: ok, drift@POS, token@POS, top_k@POS, miss."""
+    """One request's outcome in a few words: ok, where it first differs in the JUnit wording
+    (`first difference at POS (KIND); tokens diverge at POS`), miss, or its status."""
+    from replay.report.views import difference_phrase
+
     if request["passed"]:
         return "ok"
-    first = request.get("first_divergence")
-    if first:
-        kind = {"token": "token", "logprob": "drift", "top_k": "top_k"}.get(first["kind"], first["kind"])
-        return f"{kind}@{first['position']}"
+    phrase = difference_phrase(request, terse=True)
+    if phrase:
+        return phrase
     return "miss" if request["status"] == "cache_miss" else request["status"]
 
 
-def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS, numbered: bool = False) -> Any:
-    """The table; `numbered`: columns headed 1..n instead of profile names (a legend follows)."""
+def shown_profiles(doc: dict[str, Any]) -> list[str]:
+    """The profiles the table has a column for: those that did not pass (a passing one is a
+    count line, `passing_lines`)."""
+    reports = doc["matrix"]["reports"]
+    return [n for n in doc["matrix"]["profiles"] if reports[n]["verdict"] != "pass"]
+
+
+def passing_lines(doc: dict[str, Any]) -> list[str]:
+    """One count line per passing profile instead of a column of `ok`s."""
+    reports = doc["matrix"]["reports"]
+    lines = []
+    for name in doc["matrix"]["profiles"]:
+        if reports[name]["verdict"] == "pass":
+            n = len(reports[name].get("requests") or [])
+            lines.append(f"{name}: all {n} request(s) ok")
+    return lines
+
+
+def matrix_table(doc: dict[str, Any], numbered: bool = False) -> Any:
+    """The requests that did not pass on some profile, by the profiles that did not pass (None
+    when there are none); `numbered`: columns headed 1..n instead of names (a legend follows)."""
     from rich.table import Table
 
-    names = doc["matrix"]["profiles"]
+    names = shown_profiles(doc)
     reports = doc["matrix"]["reports"]
     cells: dict[tuple[str, int], dict[str, str]] = {}
-    for name in names:
+    for name in doc["matrix"]["profiles"]:
         for r in reports[name].get("requests") or []:
             cells.setdefault((r["id"], r["repeat"]), {})[name] = cell(r)
-    if not cells:
+    if not cells or not names:
         return None
-    rows = list(cells.items())
-    caption = None
-    if len(rows) > limit:
-        rows = [(k, v) for k, v in rows if any(c != "ok" for c in v.values())]
-        caption = f"{len(cells) - len(rows)} request(s) passing on every profile not shown"
+    rows = [(k, v) for k, v in cells.items() if any(v.get(n) != "ok" for n in names)]
+    if not rows:
+        return None
+    passing = len(cells) - len(rows)
+    caption = f"{passing} request(s) ok on every profile not shown" if passing else None
     table = Table(title=f"{doc['golden']}: request x profile", caption=caption)
     table.add_column("request", overflow="fold")
     for i, name in enumerate(names, 1):
@@ -134,11 +167,12 @@ def matrix_table(doc: dict[str, Any], limit: int = TABLE_ROWS, numbered: bool = 
 
 
 def failure_lines(doc: dict[str, Any]) -> list[str]:
-    from replay.report.views import first_failure_lines
+    from replay.report.views import first_failure_lines, fold
 
     lines = []
     for name in doc["matrix"]["profiles"]:
-        lines.extend(f"{name}: {line}" for line in first_failure_lines(doc["matrix"]["reports"][name]))
+        for line in first_failure_lines(doc["matrix"]["reports"][name]):
+            lines.extend(fold(f"{name}: {line}"))
     return lines
 
 

@@ -63,3 +63,6 @@ def record(
 
     render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
                      f"{target.label} into {out}", markup=False)
+    if check_determinism > 1:  # a check that passed says so (one that failed refused above)
+        render.out.print(f"check-determinism: {check_determinism} recordings agreed bit for bit "
+                         f"on {len(golden.requests)} requests", markup=False)

@@ -18,7 +18,13 @@ from rich.table import Table
 
 from cli.progress import ProgressLines
 from replay.report.control import control_note
-from replay.report.views import first_failure_lines, flake_lines, verdict_line
+from replay.report.views import (
+    first_failure_lines,
+    flake_lines,
+    rerun_lines,
+    verdict_line,
+    verdict_lines,
+)
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -115,6 +121,8 @@ def print_outcome(report: dict[str, Any]) -> None:
     failed in some repeats, then the verdict; an error is one `error: ...` line on stderr."""
     if report["verdict"] == "error":
         err.print(verdict_line(report), markup=False)
+        for line in rerun_lines(report):  # a merged report: the shards that did not pass
+            out.print(line, markup=False)
         return
     if is_wide(120):
         table = failures_table(report)
@@ -125,7 +133,10 @@ def print_outcome(report: dict[str, Any]) -> None:
             out.print(line, markup=False)
     for line in flake_lines(report):
         out.print(line, markup=False)
-    out.print(verdict_line(report), markup=False)
+    for line in rerun_lines(report):
+        out.print(line, markup=False)
+    for line in verdict_lines(report):
+        out.print(line, markup=False)
 
 
 def golden_tree(golden: Any, name: str) -> Any:

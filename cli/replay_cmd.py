@@ -83,6 +83,9 @@ def replay_and_report(golden_path: Path, target: Any, options: Any, copts: Any, 
                           setup=run_setup(target, options, shard, client=copts))
         publish(doc, files, history=settings.history)
         raise
+    from replay.jobs.minimize.repro_script import rerun_command
+
+    doc["rerun"] = rerun_command(str(golden_path), target, options, copts, api=api, shard=shard)
     publish(doc, files, history=settings.history)
     render.print_outcome(doc)
     return EXIT_CODES.get(doc["verdict"], 2)

@@ -16,16 +16,18 @@ from typing import Any
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
-    """`text` into `path`, whole or not at all; `mode` (e.g. 0o755) is set before the rename."""
+    """`text` into `path`, whole or not at all; `mode` (e.g. 0o755) is set before the rename,
+    else the mode a plain `open` would give (0o666 less the umask), as goldens and logs get:
+    the temporary file's own 0o600 would hide a report from the CI user who uploads it."""
     path = Path(path)
+    mode = mode if mode is not None else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
+            os.fchmod(f.fileno(), mode)
         os.replace(tmp, path)
     except OSError as exc:  # e.g. a full disk: name the file, not the temporary one
         Path(tmp).unlink(missing_ok=True)
@@ -33,6 +35,21 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system tells it (Linux's
+    /proc/self/status); elsewhere set and put back at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def remove_stale(*paths: Path | None) -> None:

@@ -132,10 +132,15 @@ def _merge_shards(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
         shard=None, repeat=first.get("repeat"), expect_cache=first.get("expect_cache_asked"),
         require_tier=require_tier, target=first.get("server_target"),
         **_client(first.get("client")))
-    return build_report(requests, facts, golden=first.get("golden"),
-                        server=", ".join(dict.fromkeys(str(d.get("server")) for d in docs)),
-                        policy=first.get("policy"), error="; ".join(errors) if errors else None,
-                        setup=setup, partial=bool(errors))
+    doc = build_report(requests, facts, golden=first.get("golden"),
+                       server=", ".join(dict.fromkeys(str(d.get("server")) for d in docs)),
+                       policy=first.get("policy"), error="; ".join(errors) if errors else None,
+                       setup=setup, partial=bool(errors))
+    reruns = [d["rerun"] for d in docs if isinstance(d.get("rerun"), str)
+              and (d["verdict"] != "pass" or not all(r["passed"] for r in d["requests"]))]
+    if reruns:  # the command of each shard that did not pass, as that shard's report gave it
+        doc["reruns"] = reruns
+    return doc
 
 
 def first_of(docs: Sequence[dict[str, Any]], key: str) -> Any:

@@ -6,11 +6,16 @@ same for a replay, a `golden diff`, a matrix profile and merged shard reports.
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections import Counter
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from replay.report.control import control_note
+from replay.report.results import CACHE_MISS
+
+WIDTH = 120  # a console line's most characters: what a CI log viewer shows without scrolling
 
 
 def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
@@ -42,49 +47,97 @@ def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def failure_line(r: dict[str, Any]) -> str:
-    note = control_note(r)
-    line = _failure_line(r)
-    return f"{line}; {note}" if note else line
-
-
-def _failure_line(r: dict[str, Any]) -> str:
+def difference_phrase(r: dict[str, Any], terse: bool = False) -> str | None:
+    """Where a request's answer first differs and, when later, where its tokens diverge: the one
+    wording of a divergence, shared by the JUnit message, the console lines and (`terse`, for a
+    table cell) the matrix table; None for a request whose output did not differ."""
     f = r.get("first_divergence")
-    if f:
-        line = (f"{r['status']}: first difference at output position {f['position']} "
-                f"({f['kind']}): golden token {f['golden_token']} logprob {f['golden_logprob']} "
-                f"({f['golden_bits']}), replay token {f['replay_token']} logprob "
-                f"{f['replay_logprob']} ({f['replay_bits']}), {f['ulp']} ulp")
-        t = r.get("token_divergence_position")
-        if t is not None and t != f["position"]:
-            line += f"; tokens diverge at position {t}"
-        return line
-    return r.get("cache_problem") or r["status"]
-
-
-def short_failure_line(r: dict[str, Any]) -> str:
-    """One failing request in a terminal's width: where and how it first differs (the golden's
-    value exactly and the distance in ULPs; the report has both sides' bits) and its cache hit."""
-    note = control_note(r)
-    line = _short_failure_line(r)
-    return f"{line}; {note}" if note else line
-
-
-def _short_failure_line(r: dict[str, Any]) -> str:
-    f = r.get("first_divergence")
-    cached = f"cached {r['cached_tokens']}"
     if not f:
-        return f"{r['status']}: {r.get('cache_problem') or cached}{served_by(r)}"
-    if f["kind"] == "token":
-        what = f"token {f['golden_token']} -> {f['replay_token']}"
-    else:
-        where = " (top-k)" if f["kind"] == "top_k" else ""
-        what = f"token {f['golden_token']}{where} logprob {f['golden_logprob']!r} off by {f['ulp']} ulp"
-    line = f"{r['status']} at {f['position']}: {what}; {cached}"
+        return None
+    at = "" if terse else "output position "
+    phrase = f"first difference at {at}{f['position']} ({f['kind']})"
     t = r.get("token_divergence_position")
     if t is not None and t != f["position"]:
-        line += f"; tokens from {t}"
-    return line + served_by(r)
+        phrase += f"; tokens diverge at {'' if terse else 'position '}{t}"
+    return phrase
+
+
+def prompt_phrase(r: dict[str, Any]) -> str | None:
+    """Where a request's prompt logprobs first differ, or None."""
+    p = r.get("prompt_logprobs")
+    if not isinstance(p, dict) or p.get("identical", True):
+        return None
+    return (f"first difference at prompt position {p.get('first_position')}: golden logprob "
+            f"{p.get('golden_logprob')}, replay {p.get('replay_logprob')}, {p.get('ulp')} ulp")
+
+
+def cache_phrase(r: dict[str, Any]) -> str | None:
+    """Why a request missed its cache expectation (`--expect-cache`), or None."""
+    problem = r.get("cache_problem")
+    if not problem:
+        return None
+    expected = r.get("expected_min_cached")
+    floor = f"; expected at least {expected} cached tokens" if expected is not None else ""
+    return f"{CACHE_MISS}: {problem}{floor}"
+
+
+def _values(f: dict[str, Any], bits: bool) -> str:
+    """Both sides' token and logprob at the first difference (and their bits), and the ULPs."""
+    def side(name: str) -> str:
+        raw = f" ({f[name + '_bits']})" if bits else ""
+        return f"{name} token {f[name + '_token']} logprob {f[name + '_logprob']}{raw}"
+    return f"{side('golden')}, {side('replay')}, {f['ulp']} ulp"
+
+
+def failure_line(r: dict[str, Any]) -> str:
+    """A failing request in one message (JUnit): what differs where, both sides' values and
+    bits, a missed cache expectation, the control's word."""
+    cache = cache_phrase(r)
+    why = difference_phrase(r) or prompt_phrase(r)
+    parts = [f"{r['status']}: {why}" if why else cache or r["status"]]
+    f = r.get("first_divergence")
+    parts += [_values(f, bits=True)] if f else []
+    parts += [cache] if cache and why else []
+    note = control_note(r)
+    return "; ".join([*parts, *([note] if note else [])])
+
+
+def request_lines(r: dict[str, Any], width: int = WIDTH) -> list[str]:
+    """A failing request on the console, each line at most `width` characters: its id and what
+    differs where (the JUnit wording), then both sides' values and its cache hit; a missed cache
+    expectation on a line of its own that names the request too."""
+    name = f"{r['id']}#{r['repeat']}"
+    cache = cache_phrase(r)
+    why = difference_phrase(r) or prompt_phrase(r)
+    f = r.get("first_divergence")
+    detail = [_values(f, bits=False)] if f else []
+    detail.append(f"cached {r['cached_tokens']}{served_by(r)}")
+    note = control_note(r)
+    detail += [note] if note else []
+    head = f"{name} {r['status']}: {why}" if why else f"{name} {cache or r['status']}"
+    lines = [*fold(head, width), *fold("  " + "; ".join(detail), width)]
+    return lines + (fold(f"{name} {cache}", width) if cache and why else [])
+
+
+def fold(line: str, width: int = WIDTH, indent: str = "    ") -> list[str]:
+    """`line` in lines of at most `width` characters: broken after its `; ` clauses where it can,
+    within a clause at spaces; the lines after the first indented."""
+    if len(line) <= width:
+        return [line]
+    room = width - 1  # a row broken after a clause ends with its `;`
+    rows: list[str] = []
+    current = ""
+    for clause in line.split("; "):
+        if current and len(f"{current}; {clause}") <= room:
+            current = f"{current}; {clause}"
+            continue
+        if current:
+            rows.append(current + ";")
+        wrapped = textwrap.wrap(clause, room, initial_indent=indent if rows else "",
+                                subsequent_indent=indent, break_on_hyphens=False) or [""]
+        rows.extend(wrapped[:-1])
+        current = wrapped[-1]
+    return [*rows, current]
 
 
 def served_by(r: dict[str, Any]) -> str:
@@ -112,6 +165,41 @@ def flake_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
     return lines
 
 
+SHELL_WORD = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
+
+
+def rerun_lines(report: dict[str, Any], width: int = WIDTH) -> list[str]:
+    """The commands that rerun what did not pass (`rerun`: the one replay or matrix profile;
+    `reruns`: each shard of a merged report that did not pass), each as `rerun: golden replay
+    ...`, broken into shell continuation lines of at most `width` characters."""
+    if report.get("reruns"):
+        commands = list(report["reruns"])
+    elif report.get("rerun") and report.get("verdict") == "fail":
+        commands = [report["rerun"]]
+    else:
+        commands = []
+    return [line for command in commands for line in shell_lines(f"rerun: {command}", width)]
+
+
+def shell_lines(command: str, width: int = WIDTH) -> list[str]:
+    """A shell command in lines of at most `width` characters (where its words allow), each but
+    the last ending in ` \\`, so the lines pasted together still run it."""
+    rows: list[str] = []
+    current = ""
+    for word in SHELL_WORD.findall(command):
+        if current and len(f"{current} {word}") > width - 2:
+            rows.append(current + " \\")
+            current = "    " + word
+        else:
+            current = f"{current} {word}" if current else word
+    return [*rows, current]
+
+
+def verdict_lines(report: dict[str, Any], prefix: str = "", width: int = WIDTH) -> list[str]:
+    """The verdict (after `prefix`) in lines of at most `width` characters."""
+    return fold(prefix + verdict_line(report), width)
+
+
 def verdict_line(report: dict[str, Any]) -> str:
     """The one-line verdict; for an error report, `error: ...` (the CLI prints it on stderr)."""
     if report["verdict"] == "error":
@@ -122,7 +210,7 @@ def verdict_line(report: dict[str, Any]) -> str:
     head = "PASS" if report["verdict"] == "pass" else "FAIL"
     line = (f"{head}: {s['requests']} requests x {s['repeats']} repeat(s), "
             f"{s['tokens_compared']} tokens compared, {s['requests_failed']} failed "
-            f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses), "
+            f"({s['requests_diverged']} diverged, {s['cache_misses']} cache misses); "
             f"policy {report['policy']}, max ulp {s['max_ulp']}; "
             f"cache {report['expect_cache']}: hit lengths [{hits}], cached tokens by tier [{tiers}]")
     for problem in (report.get("tier_problem"), report.get("hit_problem")):
@@ -179,9 +267,10 @@ def control_text(control: dict[str, Any]) -> str:
             f"{control['verdict']}ed with {control['requests_failed']} failure(s)")
 
 
-def first_failure_lines(report: dict[str, Any], limit: int = 30) -> list[str]:
+def first_failure_lines(report: dict[str, Any], limit: int | None = None) -> list[str]:
+    """Every failing request (or the first `limit`), in lines of at most WIDTH characters."""
     failing = [r for r in report.get("requests", []) if not r["passed"]]
-    lines = [f"{r['id']}#{r['repeat']} {short_failure_line(r)}" for r in failing[:limit]]
-    if len(failing) > limit:
+    lines = [line for r in failing[:limit] for line in request_lines(r)]
+    if limit is not None and len(failing) > limit:
         lines.append(f"... and {len(failing) - limit} more (see --report)")
     return lines

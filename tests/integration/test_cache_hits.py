@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from tests.support.goldens import record_scenario, replay_on_stub
+from tests.support.console import verdict_text
 from tests.support.stub_server import StubConfig, StubServer
 
 ONE_TURN = """groups = 2
@@ -41,7 +42,7 @@ def test_auto_on_a_server_that_says_it_caches_fails_when_nothing_hit(golden, tmp
     assert res.exit_code == 1, res.output
     assert doc["verdict"] == "fail" and doc["no_cache_hits"] is True
     assert "no request was served from the cache" in doc["hit_problem"]
-    assert doc["hit_problem"] in res.stdout.splitlines()[-1]  # on the verdict line
+    assert doc["hit_problem"] in verdict_text(res.stdout)  # on the verdict line
 
 
 def test_an_explicit_expectation_fails_when_nothing_hit(golden, tmp_path):
@@ -54,7 +55,7 @@ def test_no_expectation_passes_but_says_it_proves_nothing(golden, tmp_path):
     res, doc = replay(golden, tmp_path, StubConfig(radix=False))  # auto: the server caches nothing
     assert res.exit_code == 0, res.output
     assert doc["no_cache_hits"] is True and doc["hit_problem"] is None
-    verdict = res.stdout.splitlines()[-1]
+    verdict = verdict_text(res.stdout)
     assert verdict.startswith("PASS") and "proves nothing about the cache" in verdict
     assert any("proves nothing about the cache" in w for w in doc["warnings"])
 
@@ -81,4 +82,4 @@ def test_a_golden_of_unrelated_single_requests_only_warns(tmp_path):
     res, doc = replay(tmp_path / "s.zarr", tmp_path, NEVER_HITS)
     assert res.exit_code == 0, res.output
     assert doc["no_cache_hits"] is True and doc["hit_problem"] is None
-    assert "proves nothing about the cache" in res.stdout.splitlines()[-1]
+    assert "proves nothing about the cache" in verdict_text(res.stdout)

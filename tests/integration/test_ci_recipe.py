@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.support import paths
+from tests.support.console import joined_commands
 
 DOC = paths.REPO / "docs" / "ci.md"
 
@@ -105,6 +106,9 @@ def test_a_failing_request_in_a_shard_makes_the_merge_exit_1(shard_artifacts, tm
     assert res.returncode == 1, res.stdout + res.stderr
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert merged["matrix"]["verdicts"]["embedded-hicache"] == "fail"
+    [rerun] = joined_commands(res.stdout, "rerun embedded-hicache: ")
+    assert rerun.startswith("rerun embedded-hicache: golden replay ")
+    assert rerun.endswith("--shard 2/2")
 
 
 def install_steps(job: dict) -> list[str]:

@@ -20,6 +20,7 @@ from cli import matrix_cmd, render
 from cli.progress import ProgressLines
 from replay.golden.store import read_golden
 from tests.support import paths
+from tests.support.console import joined_commands
 from tests.support.goldens import SMALL_TREE, record_scenario
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -80,9 +81,45 @@ def test_failure_lines_fit_a_terminal(golden):
     with StubServer(StubConfig(tamper=drift_in_repeat(golden, "g0/b1/t1", {0}))) as stub:
         res = piped("replay", str(golden), "--server", stub.url, "-q")
     assert res.returncode == 1
-    [line] = [l for l in res.stdout.splitlines() if l.startswith("g0/b1/t1")]
-    assert line.startswith("g0/b1/t1#0 logprob_drift at 3: token ")
-    assert len(line) <= 100, line
+    lines = res.stdout.splitlines()
+    at = lines.index("g0/b1/t1#0 logprob_drift: first difference at output position 3 (logprob)")
+    assert lines[at + 1].startswith("  golden token ")
+    assert max(len(l) for l in lines) <= 120
+
+
+def test_a_failing_replay_names_every_failing_request_in_lines_of_at_most_120_characters(
+        golden, tmp_path):
+    g = read_golden(golden)
+    broken = {tuple(g.input_ids(i).tolist()): r.id for i, r in enumerate(g.requests)
+              if r.parent >= 0}
+
+    def tamper(n, ids, resp):
+        if tuple(ids) in broken:
+            row = resp["meta_info"]["output_token_logprobs"][1]
+            row[0] = float(row[0]) * (1 + 1e-12)
+            resp["meta_info"]["cached_tokens"] = 0
+        return resp
+    with StubServer(StubConfig(tamper=tamper)) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "-q", "--expect-cache",
+                    "attention", "--junit", str(tmp_path / "j.xml"))
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(l) for l in lines) <= 120, max(lines, key=len)
+    for rid in broken.values():
+        assert f"{rid}#0 logprob_drift: first difference at output position 1 (logprob)" in lines
+        assert any(l.startswith(f"{rid}#0 cache_miss: cached_tokens 0 ") for l in lines), rid
+    assert "cache_miss: cached_tokens 0 " in (tmp_path / "j.xml").read_text()
+    [rerun] = joined_commands(res.stdout)
+    assert rerun.startswith(f"rerun: golden replay {golden} --server {stub.url} --api auto ")
+    assert any(l.startswith("FAIL: ") for l in lines)
+
+
+def test_a_passing_replay_in_a_pipe_prints_its_verdict_and_no_request_rows(golden):
+    with StubServer(StubConfig()) as stub:
+        res = piped("replay", str(golden), "--server", stub.url, "-q")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("PASS: ") and all(l.startswith("    ") for l in lines[1:])
 
 
 def test_flake_counts_per_request_after_repeat(golden):
@@ -130,7 +167,7 @@ def printed(monkeypatch, console: Console) -> str:
 def test_the_matrix_table_prints_whole_in_a_pipe(monkeypatch):
     text = printed(monkeypatch, Console(file=io.StringIO(), width=80))
     header = next(l for l in text.splitlines() if l.startswith("┃ request"))
-    for name in MATRIX["matrix"]["profiles"]:
+    for name in matrix_cmd.shown_profiles(MATRIX):
         assert name in header
     assert "…" not in text
 
@@ -141,5 +178,5 @@ def test_the_matrix_table_prints_whole_on_an_80_column_terminal(monkeypatch):
     plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
     assert "…" not in plain
     assert max(len(l) for l in plain.splitlines() if "│" in l or "┃" in l) <= 80
-    for i, name in enumerate(MATRIX["matrix"]["profiles"], 1):
+    for i, name in enumerate(matrix_cmd.shown_profiles(MATRIX), 1):
         assert f"  {i} = {name}" in plain.splitlines()

@@ -14,6 +14,7 @@ from replay.jobs.matrix import run_matrix
 from replay.run.replayer import ReplayOptions
 from replay.server.target import ServerTarget
 from replay.server.transport import ClientOptions
+from tests.support.console import joined_commands
 from tests.unit.jobs.test_matrix import matrix_app, setup  # noqa: F401 - a fixture
 
 runner = CliRunner()
@@ -102,7 +103,7 @@ def test_each_profile_report_carries_the_command_that_replays_it_alone(cli_run, 
 
 def test_the_console_gives_the_rerun_of_each_profile_that_did_not_pass(cli_run):
     result, doc, _, _ = cli_run
-    reruns = [line for line in result.stdout.splitlines() if line.startswith("rerun ")]
+    reruns = joined_commands(result.stdout, "rerun ")
     reports = doc["matrix"]["reports"]
     assert reruns == [f"rerun broken: {reports['broken']['rerun']}",
                       f"rerun drift: {reports['drift']['rerun']}"]
@@ -111,20 +112,30 @@ def test_the_console_gives_the_rerun_of_each_profile_that_did_not_pass(cli_run):
 def test_request_by_profile_table(cli_run):
     _, doc, _, _ = cli_run
     table = matrix_table(doc)
-    assert [c.header for c in table.columns] == ["request", "good", "broken", "drift"]
+    assert [c.header for c in table.columns] == ["request", "broken", "drift"]
     assert table.row_count == 8
     cells = {c.header: list(c._cells) for c in table.columns}
-    assert set(cells["good"]) == {"ok"} and set(cells["broken"]) == {"error"}
-    assert set(cells["drift"]) == {"drift@1"}
+    assert set(cells["broken"]) == {"error"}
+    assert set(cells["drift"]) == {"first difference at 1 (logprob)"}
 
 
-def test_large_tables_show_only_requests_not_passing_everywhere(cli_run):
-    _, doc, _, _ = cli_run
-    table = matrix_table(doc, limit=4)
-    assert table.row_count == 8  # every request failed somewhere (drift)
+def test_a_passing_profile_is_a_count_line_not_a_column_of_ok_rows(cli_run):
+    result, doc, _, _ = cli_run
+    lines = result.stdout.splitlines()
+    assert "good: all 8 request(s) ok" in lines
     only_good = {**doc, "matrix": {**doc["matrix"], "profiles": ["good"]}}
-    table = matrix_table(only_good, limit=4)
-    assert table.row_count == 0 and "8 request(s) passing on every profile" in table.caption
+    assert matrix_table(only_good) is None
+
+
+def test_the_table_lists_only_the_requests_not_passing_everywhere(cli_run):
+    _, doc, _, _ = cli_run
+    drift = doc["matrix"]["reports"]["drift"]
+    fixed = {**drift, "requests": [{**r, "passed": True} if i else r
+                                   for i, r in enumerate(drift["requests"])]}
+    only = {**doc, "matrix": {**doc["matrix"], "profiles": ["good", "drift"],
+                              "reports": {**doc["matrix"]["reports"], "drift": fixed}}}
+    table = matrix_table(only)
+    assert table.row_count == 1 and table.caption == "7 request(s) ok on every profile not shown"
 
 
 def test_shard_replays_only_its_groups(setup, tmp_path):

@@ -197,3 +197,11 @@ def test_launch_starts_the_faulty_profile_once_and_the_repro_launches_it_again(g
     assert launches == ["embedded-hicache"]  # one server for the whole search
     assert "--launch embedded-hicache --fault overreport-cached" in (out / "repro.sh").read_text()
     assert repro(out, "--log-dir", str(tmp_path / "logs")) == 1
+
+
+def test_the_repro_header_counts_the_failing_requests_apart_from_the_rest(minimized):
+    out, doc = minimized
+    header = (out / "repro.sh").read_text().splitlines()[2]
+    failing = len(doc["result"]["failing"])
+    assert header.startswith(f"# Reruns the minimized replay (over_reported) of "
+                             f"{doc['result']['requests']} request(s): {failing} failing request")

@@ -219,6 +219,15 @@ def test_check_determinism_refuses_a_non_deterministic_reference(tmp_path):
     assert not out.exists()
 
 
+def test_check_determinism_says_the_recordings_agreed(tmp_path):
+    with StubServer(StubConfig(radix=False)) as stub:
+        res = runner.invoke(app, ["record", "--server", stub.url, "--scenario", "single",
+                                  "--out", str(tmp_path / "x.zarr"), "--check-determinism", "2",
+                                  "-q"])
+    assert res.exit_code == 0, res.output
+    assert "check-determinism: 2 recordings agreed bit for bit on 1 requests" in res.output
+
+
 def test_diff_of_a_golden_with_itself_passes(golden):
     res = runner.invoke(app, ["diff", str(golden), str(golden)])
     assert res.exit_code == 0, res.output

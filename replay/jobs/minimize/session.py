@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,8 @@ def write_outputs(out: Path, golden: Golden, golden_path: Path, target: ServerTa
     if report is not None:
         write_atomic(out / "report.json", json_text(report))
     if result.reproduced:
-        write_atomic(out / "repro.sh", repro_script(target, settings, result, failure),
+        write_atomic(out / "repro.sh",
+                     repro_script(target, settings, result, failure, requests=golden.requests),
                      mode=0o755)
     doc = minimize_record(golden, golden_path, target, settings, failure, result, seconds,
                           replays)
@@ -249,8 +251,29 @@ def minimize_record(golden: Golden, golden_path: Path, target: ServerTarget,
     }
 
 
+def kept_words(requests: Sequence[Any], keep: Sequence[int], failing: Sequence[str]) -> str:
+    """What the kept requests are, in words: the failing ones, their ancestors (a follow-up needs
+    its history) and the rest, pressure requests kept because the failure needs them evicting the
+    cache (`requests`: the golden's, each with `id` and `parent`)."""
+    failed = [i for i in keep if requests[i].id in set(failing)]
+    ancestors: set[int] = set()
+    for i in failed:
+        p = requests[i].parent
+        while p >= 0 and p not in ancestors:
+            ancestors.add(p)
+            p = requests[p].parent
+    ancestors -= set(failed)
+    pressure = len(keep) - len(failed) - len(ancestors)
+    words = [f"{len(failed)} failing request{'s' if len(failed) != 1 else ''}"]
+    words += [f"{len(ancestors)} ancestor{'s' if len(ancestors) != 1 else ''} (the history "
+              f"{'they follow' if len(failed) != 1 else 'it follows'})"] if ancestors else []
+    words += [f"{pressure} pressure request{'s' if pressure != 1 else ''} (kept to evict the "
+              "cache)"] if pressure else []
+    return ", ".join(words)
+
+
 def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Result,
-                 failure: Failure) -> str:
+                 failure: Failure, *, requests: Sequence[Any] = ()) -> str:
     """repro.sh (replay/jobs/minimize/repro_script.py): `repro.sh [SERVER_URL] [OPTIONS...]`."""
     c = result.final
     final = replace(settings.options, schedule=c.schedule, repeat=c.repeat)
@@ -258,6 +281,7 @@ def repro_script(target: ServerTarget, settings: MinimizeSettings, result: Resul
     options = ["--api", settings.api, *replay_argv(final), *client_argv(client)]
     flaky = (f" (flaky: it failed in {result.judgement.failed_repeats} of {c.repeat} repeats)"
              if result.flaky else "")
+    kept = f": {kept_words(requests, c.keep, result.judgement.failing)}" if requests else ""
     return repro_sh(target.argv(), options, secrets=script_secrets(target, settings.client),
-                    summary=f"Reruns the minimized replay: {len(c.keep)} request(s) that fail "
-                            f"with {failure}{flaky}.")
+                    summary=f"Reruns the minimized replay ({failure}{flaky}) of {len(c.keep)} "
+                            f"request(s){kept}.")

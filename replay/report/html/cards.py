@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from replay.report.html.histogram import tier_bar_svg
-from replay.report.html.values import as_float, dict_field, esc, fmt
+from replay.report.html.values import as_float, dict_field, esc, fmt, fmt_approx
 
 
 def alerts(report: dict[str, Any], prefix: str) -> str:
@@ -37,13 +37,15 @@ def stats(report: dict[str, Any], prefix: str) -> str:
         ("diverged", s.get("requests_diverged"), bool(s.get("requests_diverged"))),
         ("cache misses", s.get("cache_misses"), bool(s.get("cache_misses"))),
         ("max ulp", s.get("max_ulp"), s.get("max_ulp") not in (0, None)),
-        ("mean kl", s.get("mean_kl"), as_float(s.get("mean_kl")) not in (0.0, None)),
     ]
+    shown = [(k, fmt(v), bad) for k, v, bad in cards]
+    shown.append(("mean kl", fmt_approx(s.get("mean_kl")),  # the JSON keeps the exact value
+                  as_float(s.get("mean_kl")) not in (0.0, None)))
     if "requests_not_comparable" in s:
-        cards.append(("not comparable", s.get("requests_not_comparable"), False))
+        shown.append(("not comparable", fmt(s.get("requests_not_comparable")), False))
     html_cards = "".join(
         f"<div class=\"stat{' bad' if bad else ''}\"><div class=\"k\">{esc(k)}</div>"
-        f"<div class=\"v\">{fmt(v)}</div></div>" for k, v, bad in cards)
+        f"<div class=\"v\">{v}</div></div>" for k, v, bad in shown)
     return f"<div class=\"stats\" id=\"{prefix}summary\">{html_cards}</div>"
 
 

@@ -14,7 +14,7 @@ from replay.report.html.charts import position_chart
 from replay.report.html.divergence import first_divergence_table, top_k_table
 from replay.report.html.fields import anchor
 from replay.report.html.styles import style_of
-from replay.report.html.values import dict_field, esc, fmt, int_or, list_field
+from replay.report.html.values import dict_field, esc, fmt, fmt_approx, int_or, list_field
 from replay.report.views import served_by
 
 
@@ -72,7 +72,7 @@ def request_section(r: dict[str, Any], prefix: str) -> str:
     marker = int_or(first.get("position"), -1)
     meta = " \u00b7 ".join((
         f"repeat {fmt(r.get('repeat'))}", f"{fmt(r.get('tokens_compared'))} tokens compared",
-        f"max ulp {fmt(r.get('max_ulp'))}", f"mean kl {fmt(r.get('mean_kl'))}",
+        f"max ulp {fmt(r.get('max_ulp'))}", f"mean kl {fmt_approx(r.get('mean_kl'))}",
         f"cached {fmt(r.get('cached_tokens'))} {fmt(dict_field(r, 'cached_tokens_details'))}",
         f"expected \u2265 {fmt(r.get('expected_min_cached'))}")) + esc(served_by(r))
     parts = [f"<section class=\"card req\" id=\"{esc(anchor(prefix, r))}\" "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from typing import Any
 
 
@@ -41,6 +42,14 @@ def fmt(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return esc(json.dumps(value, sort_keys=True))
     return esc(value)
+
+
+def fmt_approx(value: Any) -> str:
+    """A statistic (a KL, say) to three significant digits, escaped; the JSON report keeps the
+    exact value. Anything that is not a finite float is shown as `fmt` shows it."""
+    if isinstance(value, float) and math.isfinite(value):
+        return esc(f"{value:.3g}")
+    return fmt(value)
 
 
 def slug(text: str) -> str:

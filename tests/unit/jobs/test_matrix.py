@@ -81,10 +81,14 @@ def test_worst_verdict_orders_error_over_fail_over_pass():
     assert worst_verdict(["pass"]) == "pass"
 
 
-def test_cells_name_the_kind_and_position():
+def test_cells_say_where_a_request_differs_in_the_junit_wording():
     assert cell({"passed": True}) == "ok"
     first = {"kind": "token", "position": 5}
-    assert cell({"passed": False, "status": "token_divergence", "first_divergence": first}) == "token@5"
+    assert cell({"passed": False, "status": "token_divergence", "first_divergence": first}) == \
+        "first difference at 5 (token)"
+    drift = {"passed": False, "status": "token_divergence", "token_divergence_position": 76,
+             "first_divergence": {"kind": "logprob", "position": 0}}
+    assert cell(drift) == "first difference at 0 (logprob); tokens diverge at 76"
     assert cell({"passed": False, "status": "cache_miss", "first_divergence": None}) == "miss"
 
 

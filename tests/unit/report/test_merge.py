@@ -210,6 +210,19 @@ def test_cli_writes_one_report_junit_and_page_and_exits_with_the_verdict(shards,
     assert Path(f"{out}.html").read_text().startswith("<!DOCTYPE html>")
 
 
+def test_a_failing_merge_prints_the_rerun_of_each_shard_that_did_not_pass(shards, tmp_path):
+    _, parts, _ = shards
+    reran = [edited(p, rerun=f"golden replay m.zarr --server http://127.0.0.1:1 --policy exact "
+                             f"--shard {i}/3") for i, p in enumerate(parts, 1)]
+    reran[1]["requests"][0]["passed"] = False
+    res = runner.invoke(app, ["report", "--merge", *write(tmp_path, reran),
+                              "--json", str(tmp_path / "merged.json")])
+    assert res.exit_code == 1, res.output
+    reruns = [line for line in res.output.splitlines() if line.startswith("rerun: ")]
+    assert reruns == [f"rerun: {reran[1]['rerun']}"]
+    assert json.loads((tmp_path / "merged.json").read_text())["reruns"] == [reran[1]["rerun"]]
+
+
 def test_cli_refuses_a_missing_shard_with_exit_2_and_one_line(shards, tmp_path):
     _, parts, _ = shards
     res = runner.invoke(app, ["report", "--merge", *write(tmp_path, parts[:2])])

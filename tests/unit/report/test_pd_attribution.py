@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from replay.report.html import render_html
-from replay.report.views import first_failure_lines, verdict_line
+from replay.report.views import request_lines, verdict_line
 from tests.support import paths
 
 PREFILL = {"index": 0, "role": "prefill", "url": "http://127.0.0.1:1", "fault": None,
@@ -30,8 +30,9 @@ def pd_report() -> dict[str, Any]:
 
 
 def test_each_failing_request_line_names_its_prefill_and_decode_worker():
-    lines = [ln for ln in first_failure_lines(pd_report()) if not ln.startswith("...")]
-    assert lines and all(ln.endswith("; prefill worker 0 -> decode worker 1") for ln in lines)
+    failing = [r for r in pd_report()["requests"] if not r["passed"]]
+    texts = [" ".join(ln.strip() for ln in request_lines(r)) for r in failing]
+    assert texts and all(t.endswith("; prefill worker 0 -> decode worker 1") for t in texts)
 
 
 def test_the_verdict_line_names_the_failing_pair():
