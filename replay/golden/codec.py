@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -23,7 +24,8 @@ from replay.utils.errors import GoldenFormatError
 from replay.golden.model import Golden, RecordedRequest
 from replay.golden.checks import array_sha256, attrs_sha256, check_in_memory
 from replay.golden.layout import (
-    INT32_MAX, INT32_MIN, PROMPT_ARRAY, REQUEST_COLUMNS, SCHEMA, SCHEMA_VERSION, request_columns,
+    INT32_MAX, INT32_MIN, PROMPT_ARRAY, REQUEST_COLUMNS, SCHEMA_PREFIX, SCHEMA_VERSION,
+    request_columns,
 )
 from replay.golden.pack import pack, unpack
 from replay.utils.redact import redact_secrets
@@ -91,36 +93,64 @@ def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray], stored: dict[str
     checksums of the `stored` ones, the layout's `extra` attributes, their own checksum."""
     reqs = golden.requests
     k = golden.top_k
-    attrs: dict[str, Any] = {
-        "schema": SCHEMA,
-        "scenario": _strict_json(golden.scenario, "scenario"),
-        "sampling": _strict_json(golden.sampling, "sampling"),
-        "meta": redact_secrets(_strict_json(_nonfinite_as_strings(golden.meta), "meta")),
-        "top_k": k,
-        "request_columns": list(request_columns(SCHEMA_VERSION)),
-        "request_ids": [r.id for r in reqs],
-        "finish_reasons": _strict_json([r.finish_reason for r in reqs], "finish_reason"),
-        "cached_tokens_details": _strict_json([r.cached_details for r in reqs], "cached_details"),
-        "no_top_requests": no_top,
-        "counts": {
-            "groups": len(golden.prefixes),
-            "requests": len(reqs),
-            "prefix_tokens": int(arrays["prefix_tokens"].size),
-            "new_tokens": int(arrays["new_tokens"].size),
-            "output_tokens": int(arrays["output_ids"].size),
-            "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
-        },
-        "arrays": {
-            name: {"data_type": a.dtype.name, "shape": list(a.shape), "sha256": array_sha256(a)}
-            for name, a in stored.items()
-        },
-        **extra,
+    counts = {
+        "groups": len(golden.prefixes),
+        "requests": len(reqs),
+        "prefix_tokens": int(arrays["prefix_tokens"].size),
+        "new_tokens": int(arrays["new_tokens"].size),
+        "output_tokens": int(arrays["output_ids"].size),
+        "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
     }
+    entries = {name: array_entry(a.dtype.name, list(a.shape), array_sha256(a))
+               for name, a in stored.items()}
+    prompt = None
     if golden.has_prompt_logprobs:
-        attrs[PROMPT_ARRAY] = {
+        prompt = {
             "starts": [int(r.prompt_logprob_start) for r in reqs],
             "counts": [0 if r.prompt_logprobs is None else len(r.prompt_logprobs) for r in reqs],
         }
+    columns = RequestColumns([r.id for r in reqs], [r.finish_reason for r in reqs],
+                             [r.cached_details for r in reqs], no_top)
+    return root_attrs(golden.scenario, golden.sampling, golden.meta, k, columns, counts,
+                      entries, extra, prompt)
+
+
+@dataclass
+class RequestColumns:
+    """The per-request columns the root attributes hold (one entry per request, in order)."""
+
+    ids: list[str]
+    finish_reasons: list[Any]
+    cached_details: list[Any]
+    no_top: list[int]
+
+
+def array_entry(data_type: str, shape: list[int], sha256: str) -> dict[str, Any]:
+    return {"data_type": data_type, "shape": shape, "sha256": sha256}
+
+
+def root_attrs(scenario: dict[str, Any], sampling: dict[str, Any], meta: dict[str, Any], k: int,
+               columns: RequestColumns, counts: dict[str, int], entries: dict[str, Any],
+               extra: dict[str, Any], prompt: dict[str, list[int]] | None,
+               version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """The root attributes of layout `version` from their parts, with their own checksum."""
+    attrs: dict[str, Any] = {
+        "schema": f"{SCHEMA_PREFIX}{version}",
+        "scenario": _strict_json(scenario, "scenario"),
+        "sampling": _strict_json(sampling, "sampling"),
+        "meta": redact_secrets(_strict_json(_nonfinite_as_strings(meta), "meta")),
+        "top_k": k,
+        "request_columns": list(request_columns(version)),
+        "request_ids": columns.ids,
+        "finish_reasons": _strict_json(columns.finish_reasons, "finish_reason"),
+        "cached_tokens_details": _strict_json(columns.cached_details, "cached_details"),
+        "no_top_requests": columns.no_top,
+        "counts": counts,
+        "arrays": entries,
+        **extra,
+    }
+    if prompt is not None:
+        attrs[PROMPT_ARRAY] = prompt
     attrs["attrs_sha256"] = attrs_sha256(attrs)
     return attrs
 
