@@ -60,24 +60,24 @@ def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
     if problems:
         raise GoldenFormatError(f"cannot write golden: {problems[0]}")
     arrays = {
-        "prefix_tokens": _concat_int32([p for p in golden.prefixes], "prefix"),
+        "prefix_tokens": concat_int32([p for p in golden.prefixes], "prefix"),
         "prefix_offsets": _offsets(len(p) for p in golden.prefixes),
         "requests": _request_table(reqs),
-        "new_tokens": _concat_int32([r.new_tokens for r in reqs], "new_tokens"),
+        "new_tokens": concat_int32([r.new_tokens for r in reqs], "new_tokens"),
         "new_token_offsets": _offsets(len(r.new_tokens) for r in reqs),
-        "output_ids": _concat_int32([r.output_ids for r in reqs], "output_ids"),
+        "output_ids": concat_int32([r.output_ids for r in reqs], "output_ids"),
         "output_offsets": _offsets(len(r.output_ids) for r in reqs),
-        "logprobs": narrow_if_exact(_concat_f64([r.logprobs for r in reqs], "logprobs")),
+        "logprobs": narrow_if_exact(concat_f64([r.logprobs for r in reqs], "logprobs")),
         "num_retractions": np.array([int(r.num_retractions) for r in reqs], dtype=np.int32),
     }
     if k > 0:
         with_top = [r for r in reqs if r.top_ids is not None]
-        top_ids = _concat_int32([r.top_ids for r in with_top], "top_ids").reshape(-1, k)
-        top_lp = _concat_f64([r.top_logprobs for r in with_top], "top_logprobs").reshape(-1, k)
+        top_ids = concat_int32([r.top_ids for r in with_top], "top_ids").reshape(-1, k)
+        top_lp = concat_f64([r.top_logprobs for r in with_top], "top_logprobs").reshape(-1, k)
         arrays["top_ids"] = top_ids
         arrays["top_logprobs"] = narrow_if_exact(top_lp)
     if golden.has_prompt_logprobs:
-        arrays[PROMPT_ARRAY] = narrow_if_exact(_concat_f64(
+        arrays[PROMPT_ARRAY] = narrow_if_exact(concat_f64(
             [r.prompt_logprobs for r in reqs if r.prompt_logprobs is not None], PROMPT_ARRAY))
     return arrays
 
@@ -155,7 +155,7 @@ def root_attrs(scenario: dict[str, Any], sampling: dict[str, Any], meta: dict[st
     return attrs
 
 
-def _as_float64(values: Any, what: str) -> np.ndarray:
+def as_float64(values: Any, what: str) -> np.ndarray:
     """The exact float64 values of a float32 or float64 array; anything else is refused."""
     arr = np.asarray(values)
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
@@ -170,7 +170,7 @@ def _request_table(reqs: list[RecordedRequest]) -> np.ndarray:
     return np.array(rows, dtype=np.int32).reshape(len(reqs), len(REQUEST_COLUMNS))
 
 
-def _concat_int32(parts: list[Any], what: str) -> np.ndarray:
+def concat_int32(parts: list[Any], what: str) -> np.ndarray:
     """Concatenate integer arrays into int32, refusing non-integer dtypes and overflow."""
     arrs = [np.asarray(p) for p in parts]
     for a in arrs:
@@ -183,8 +183,8 @@ def _concat_int32(parts: list[Any], what: str) -> np.ndarray:
     return np.concatenate([a.astype(np.int32).reshape(-1) for a in arrs])
 
 
-def _concat_f64(parts: list[Any], what: str) -> np.ndarray:
-    arrs = [_as_float64(p, what).reshape(-1) for p in parts]
+def concat_f64(parts: list[Any], what: str) -> np.ndarray:
+    arrs = [as_float64(p, what).reshape(-1) for p in parts]
     return np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.float64)
 
 

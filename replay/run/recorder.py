@@ -58,14 +58,36 @@ class NonDeterministicReference(Exception):
     """Repeated recordings of the reference differ: the golden would be worthless."""
 
 
+Keep = Callable[[int, Completion], None]  # (request index, its completion) as each completes
+
+
 async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int | None,
                       progress: Progress | None = None, journal: Journal | None = None,
                       already: dict[int, Completion] | None = None) -> list[Completion]:
     """One recording of the plan; requests in `already` (from a journal) are not sent again."""
-    done: dict[int, Completion] = dict(already or {})
+    done: dict[int, Completion] = {}
+    await record_pass(conn, plan, done.__setitem__, schedule=schedule, vocab=vocab,
+                      progress=progress, journal=journal, already=already)
+    return [done[i] for i in range(len(plan.requests))]
+
+
+async def record_pass(conn: Connection, plan: Plan, keep: Keep, *, schedule: str,
+                      vocab: int | None, progress: Progress | None = None,
+                      journal: Journal | None = None,
+                      already: dict[int, Completion] | None = None) -> None:
+    """One recording of the plan, each completion handed to `keep` as it completes (those in
+    `already`, from a journal, first and not sent again). Of the answers only the output ids a
+    later turn's input needs are held here (none of the last turn's)."""
+    outputs: dict[int, np.ndarray] = {}
+    last_turn = max((r.turn for r in plan.requests), default=0)
+
+    def hold(i: int, completion: Completion) -> None:
+        if plan.requests[i].turn < last_turn:
+            outputs[i] = completion.output_ids
+        keep(i, completion)
 
     def inputs_for(i: int) -> np.ndarray:
-        return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
+        return input_ids(plan.requests, plan.prefixes, outputs.__getitem__, i)
 
     def extras_for(i: int) -> RequestExtras:
         return RequestExtras(prompt_start(plan, lambda j: len(inputs_for(j)), i),
@@ -73,21 +95,23 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
 
     def on_done(i: int, completion: Completion) -> None:
         refuse_unless_logprobs(plan.requests[i].id, completion, plan.spec.top_k)
-        done[i] = completion
         if journal:
             journal.add(i, plan.requests[i].id, completion)
+        hold(i, completion)
         if progress:
             progress(plan.requests[i].id, False)
 
-    remaining = [i for i in range(len(plan.requests)) if i not in done]
-    if progress:
-        for _ in range(len(plan.requests) - len(remaining)):
+    resumed = sorted((already or {}).keys())
+    for i in resumed:
+        hold(i, (already or {})[i])
+        if progress:
             progress("resumed", False)
+    skip = set(resumed)
+    remaining = [i for i in range(len(plan.requests)) if i not in skip]
     await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
                     top_k=plan.spec.top_k, vocab_size=vocab, only=remaining,
                     extras_for=extras_for if plan.spec.prompt_logprobs or plan.spec.salted
                     else None)
-    return [done[i] for i in range(len(plan.requests))]
 
 
 def prompt_start(plan: Plan, input_len_of: Callable[[int], int], i: int) -> int:
@@ -218,11 +242,12 @@ def determinism_differences(plan: Plan, runs: list[list[Completion]]) -> list[st
     return found
 
 
-def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
+def recorded_request(plan: Plan, i: int, c: Completion,
+                     input_len_of: Callable[[int], int]) -> RecordedRequest:
+    """Request i of the plan with its answer `c`, as the golden stores it (`input_len_of(j)`:
+    request j's input length, for where its prompt logprobs start)."""
     req = plan.requests[i]
-    c = run[i]
-    start = prompt_start(plan, lambda j: len(input_ids(plan.requests, plan.prefixes,
-                                                      lambda k: run[k].output_ids, j)), i)
+    start = prompt_start(plan, input_len_of, i)
     return RecordedRequest(
         id=req.id, group=req.group, branch=req.branch, turn=req.turn, parent=req.parent,
         new_tokens=req.new_tokens, max_new_tokens=req.max_new_tokens,
@@ -233,3 +258,8 @@ def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
         prompt_logprob_start=start,
         prompt_logprobs=c.prompt_logprobs if start >= 0 else None,
     )
+
+
+def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
+    return recorded_request(plan, i, run[i], lambda j: len(input_ids(
+        plan.requests, plan.prefixes, lambda k: run[k].output_ids, j)))
