@@ -22,7 +22,7 @@ import numpy as np
 from replay.golden.model import Golden, RecordedRequest
 from replay.golden.layout import (
     ALLOWED_BYTES_TO_BYTES, ARRAY_DTYPES, INT32_MAX, INT32_MIN, READABLE_VERSIONS,
-    REQUEST_COLUMNS, SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, TOP_ARRAYS, request_columns,
+    REQUEST_COLUMNS, SCHEMA_PREFIX, TOP_ARRAYS, request_columns,
 )
 
 
@@ -76,12 +76,13 @@ def schema_version(attrs: dict[str, Any]) -> int:
     m = re.fullmatch(re.escape(SCHEMA_PREFIX) + r"(\d+)", schema) if isinstance(schema, str) else None
     if m and int(m[1]) in READABLE_VERSIONS:
         return int(m[1])
-    if m and int(m[1]) > SCHEMA_VERSION:
+    newest = f"{SCHEMA_PREFIX}{max(READABLE_VERSIONS)}"
+    if m and int(m[1]) > max(READABLE_VERSIONS):
         raise Unreadable(
-            f"golden schema {schema} is newer than this tool understands ({SCHEMA}): "
+            f"golden schema {schema} is newer than this tool understands ({newest}): "
             "upgrade golden-replay"
         )
-    raise Unreadable(f"unknown golden schema {schema!r} (this tool reads {SCHEMA})")
+    raise Unreadable(f"unknown golden schema {schema!r} (this tool reads up to {newest})")
 
 
 def attrs_problem(attrs: dict[str, Any], version: int) -> str | None:

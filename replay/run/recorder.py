@@ -166,12 +166,8 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
                  already: dict[int, Completion] | None = None) -> Golden:
     """Record the plan into a Golden. With a `journal`, the first recording journals each
     completed request and skips those in `already` (resumed)."""
-    facts = facts or await server_facts(conn)
-    check_vocab(plan.spec, facts.vocab)
-    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
+    facts = await prepare_recording(conn, plan, options, facts)
     cached = options.reference == CACHED
-    if cached:
-        check_cached_reference(plan, facts.server_info)
     runs: list[list[Completion]] = []
     for attempt in range(options.check_determinism):
         if attempt > 0 or (cached and not already):  # a cached reference starts from empty
@@ -186,13 +182,8 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
             f"{len(differences)} request(s) differ across {len(runs)} recordings; first: "
             + "; ".join(differences[:5])
         )
-    meta = source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
-                       flush=conn.api.flush_note)
-    if cached:  # absent means cache-off, so goldens recorded before read as they did
-        meta["reference"] = CACHED
-    misreported = sum(1 for c in runs[0] if c.misreported_ids)
-    if misreported:  # the values are the true tokens'; only the reported ids are wrong
-        meta["server_misreported_prompt_ids"] = misreported
+    meta = recording_meta(conn, facts, options,
+                          sum(1 for c in runs[0] if c.misreported_ids))
     return Golden(
         scenario=plan.spec.to_dict(),
         prefixes=plan.prefixes,
@@ -200,6 +191,30 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
         sampling=dict(SAMPLING),
         meta=meta,
     )
+
+
+async def prepare_recording(conn: Connection, plan: Plan, options: RecordOptions,
+                            facts: ServerFacts | None) -> ServerFacts:
+    """The server's facts, and the checks a recording makes before its first request."""
+    facts = facts or await server_facts(conn)
+    check_vocab(plan.spec, facts.vocab)
+    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
+    if options.reference == CACHED:
+        check_cached_reference(plan, facts.server_info)
+    return facts
+
+
+def recording_meta(conn: Connection, facts: ServerFacts, options: RecordOptions,
+                   misreported: int) -> dict[str, Any]:
+    """The golden's `meta`: where it was recorded, which reference, what the server got wrong
+    (`misreported`: requests whose prompt ids it reported other than sent)."""
+    meta = source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
+                       flush=conn.api.flush_note)
+    if options.reference == CACHED:  # absent means cache-off, so goldens recorded before read as they did
+        meta["reference"] = CACHED
+    if misreported:  # the values are the true tokens'; only the reported ids are wrong
+        meta["server_misreported_prompt_ids"] = misreported
+    return meta
 
 
 def check_cached_reference(plan: Plan, server_info: dict[str, Any]) -> None:
