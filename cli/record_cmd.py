@@ -53,15 +53,14 @@ def record(
     plan = build_plan(with_overrides(load_scenario(scenario), seed=seed, top_k=top_k,
                                      prompt_logprobs=prompt_logprobs, salted=salted))
     try:
-        golden = record_golden(plan, out, target, options, client, api=api, force=force,
+        recorded = record_golden(plan, out, target, options, client, api=api, force=force,
                                resume=resume, progress=progress_bars(quiet),
                                notify=notify_stderr(quiet))
     except NonDeterministicRecording as exc:
         fail(f"refusing to write {out}: {exc}", code=1)
-    tokens = sum(len(r.output_ids) for r in golden.requests)
     from cli import render
 
-    render.out.print(f"recorded {len(golden.requests)} requests, {tokens} output tokens from "
+    render.out.print(f"recorded {recorded.requests} requests, {recorded.output_tokens} output tokens from "
                      f"{target.label} into {out}", markup=False)
     if check_determinism > 1:  # a check that passed says so (one that failed refused above)
         render.out.print(f"check-determinism: {check_determinism} recordings agreed bit for bit "

@@ -22,7 +22,7 @@ import numpy as np
 from replay.golden.model import Golden, RecordedRequest
 from replay.golden.layout import (
     ALLOWED_BYTES_TO_BYTES, ARRAY_DTYPES, INT32_MAX, INT32_MIN, READABLE_VERSIONS,
-    REQUEST_COLUMNS, SCHEMA, SCHEMA_PREFIX, SCHEMA_VERSION, TOP_ARRAYS, request_columns,
+    REQUEST_COLUMNS, SCHEMA_PREFIX, TOP_ARRAYS, request_columns,
 )
 
 
@@ -76,12 +76,13 @@ def schema_version(attrs: dict[str, Any]) -> int:
     m = re.fullmatch(re.escape(SCHEMA_PREFIX) + r"(\d+)", schema) if isinstance(schema, str) else None
     if m and int(m[1]) in READABLE_VERSIONS:
         return int(m[1])
-    if m and int(m[1]) > SCHEMA_VERSION:
+    newest = f"{SCHEMA_PREFIX}{max(READABLE_VERSIONS)}"
+    if m and int(m[1]) > max(READABLE_VERSIONS):
         raise Unreadable(
-            f"golden schema {schema} is newer than this tool understands ({SCHEMA}): "
+            f"golden schema {schema} is newer than this tool understands ({newest}): "
             "upgrade golden-replay"
         )
-    raise Unreadable(f"unknown golden schema {schema!r} (this tool reads {SCHEMA})")
+    raise Unreadable(f"unknown golden schema {schema!r} (this tool reads up to {newest})")
 
 
 def attrs_problem(attrs: dict[str, Any], version: int) -> str | None:
@@ -313,27 +314,34 @@ def check_in_memory(golden: Golden, k: int) -> list[str]:
     problems: list[str] = []
     reqs = golden.requests
     for i, r in enumerate(reqs):
-        for attr in ("output_ids", "logprobs", "new_tokens"):
-            if np.ndim(getattr(r, attr)) != 1:
-                problems.append(f"request {r.id}: {attr} must be 1-D")
-        if np.shape(r.logprobs) != np.shape(r.output_ids):
-            problems.append(f"request {r.id}: logprobs shape {np.shape(r.logprobs)} differs from "
-                            f"output_ids shape {np.shape(r.output_ids)}")
-        if (r.top_ids is None) != (r.top_logprobs is None):
-            problems.append(f"request {r.id}: top_ids and top_logprobs must both be set or both None")
-        elif r.top_ids is not None and k > 0:
-            want = (len(r.output_ids), k)
-            if np.shape(r.top_ids) != want or np.shape(r.top_logprobs) != want:
-                problems.append(f"request {r.id}: top arrays must have shape {want}")
-        problems += _check_request_fields(i, r)
-        if (r.prompt_logprob_start >= 0) != (r.prompt_logprobs is not None):
-            problems.append(f"request {r.id}: prompt_logprobs must be set exactly when "
-                            "prompt_logprob_start >= 0")
-        elif r.prompt_logprobs is not None and np.ndim(r.prompt_logprobs) != 1:
-            problems.append(f"request {r.id}: prompt_logprobs must be 1-D")
+        problems += request_problems(i, r, k)
     problems += check_tree(
         [r.parent for r in reqs], [r.group for r in reqs], len(golden.prefixes), [r.id for r in reqs]
     )
+    return problems
+
+
+def request_problems(i: int, r: RecordedRequest, k: int) -> list[str]:
+    """Shape and field problems of request i alone (its place in the tree is `check_tree`'s)."""
+    problems: list[str] = []
+    for attr in ("output_ids", "logprobs", "new_tokens"):
+        if np.ndim(getattr(r, attr)) != 1:
+            problems.append(f"request {r.id}: {attr} must be 1-D")
+    if np.shape(r.logprobs) != np.shape(r.output_ids):
+        problems.append(f"request {r.id}: logprobs shape {np.shape(r.logprobs)} differs from "
+                        f"output_ids shape {np.shape(r.output_ids)}")
+    if (r.top_ids is None) != (r.top_logprobs is None):
+        problems.append(f"request {r.id}: top_ids and top_logprobs must both be set or both None")
+    elif r.top_ids is not None and k > 0:
+        want = (len(r.output_ids), k)
+        if np.shape(r.top_ids) != want or np.shape(r.top_logprobs) != want:
+            problems.append(f"request {r.id}: top arrays must have shape {want}")
+    problems += _check_request_fields(i, r)
+    if (r.prompt_logprob_start >= 0) != (r.prompt_logprobs is not None):
+        problems.append(f"request {r.id}: prompt_logprobs must be set exactly when "
+                        "prompt_logprob_start >= 0")
+    elif r.prompt_logprobs is not None and np.ndim(r.prompt_logprobs) != 1:
+        problems.append(f"request {r.id}: prompt_logprobs must be 1-D")
     return problems
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -23,7 +24,8 @@ from replay.utils.errors import GoldenFormatError
 from replay.golden.model import Golden, RecordedRequest
 from replay.golden.checks import array_sha256, attrs_sha256, check_in_memory
 from replay.golden.layout import (
-    INT32_MAX, INT32_MIN, PROMPT_ARRAY, REQUEST_COLUMNS, SCHEMA, SCHEMA_VERSION, request_columns,
+    INT32_MAX, INT32_MIN, PROMPT_ARRAY, REQUEST_COLUMNS, SCHEMA_PREFIX, SCHEMA_VERSION,
+    request_columns,
 )
 from replay.golden.pack import pack, unpack
 from replay.utils.redact import redact_secrets
@@ -58,24 +60,24 @@ def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
     if problems:
         raise GoldenFormatError(f"cannot write golden: {problems[0]}")
     arrays = {
-        "prefix_tokens": _concat_int32([p for p in golden.prefixes], "prefix"),
+        "prefix_tokens": concat_int32([p for p in golden.prefixes], "prefix"),
         "prefix_offsets": _offsets(len(p) for p in golden.prefixes),
         "requests": _request_table(reqs),
-        "new_tokens": _concat_int32([r.new_tokens for r in reqs], "new_tokens"),
+        "new_tokens": concat_int32([r.new_tokens for r in reqs], "new_tokens"),
         "new_token_offsets": _offsets(len(r.new_tokens) for r in reqs),
-        "output_ids": _concat_int32([r.output_ids for r in reqs], "output_ids"),
+        "output_ids": concat_int32([r.output_ids for r in reqs], "output_ids"),
         "output_offsets": _offsets(len(r.output_ids) for r in reqs),
-        "logprobs": narrow_if_exact(_concat_f64([r.logprobs for r in reqs], "logprobs")),
+        "logprobs": narrow_if_exact(concat_f64([r.logprobs for r in reqs], "logprobs")),
         "num_retractions": np.array([int(r.num_retractions) for r in reqs], dtype=np.int32),
     }
     if k > 0:
         with_top = [r for r in reqs if r.top_ids is not None]
-        top_ids = _concat_int32([r.top_ids for r in with_top], "top_ids").reshape(-1, k)
-        top_lp = _concat_f64([r.top_logprobs for r in with_top], "top_logprobs").reshape(-1, k)
+        top_ids = concat_int32([r.top_ids for r in with_top], "top_ids").reshape(-1, k)
+        top_lp = concat_f64([r.top_logprobs for r in with_top], "top_logprobs").reshape(-1, k)
         arrays["top_ids"] = top_ids
         arrays["top_logprobs"] = narrow_if_exact(top_lp)
     if golden.has_prompt_logprobs:
-        arrays[PROMPT_ARRAY] = narrow_if_exact(_concat_f64(
+        arrays[PROMPT_ARRAY] = narrow_if_exact(concat_f64(
             [r.prompt_logprobs for r in reqs if r.prompt_logprobs is not None], PROMPT_ARRAY))
     return arrays
 
@@ -91,41 +93,69 @@ def encode_attrs(golden: Golden, arrays: dict[str, np.ndarray], stored: dict[str
     checksums of the `stored` ones, the layout's `extra` attributes, their own checksum."""
     reqs = golden.requests
     k = golden.top_k
-    attrs: dict[str, Any] = {
-        "schema": SCHEMA,
-        "scenario": _strict_json(golden.scenario, "scenario"),
-        "sampling": _strict_json(golden.sampling, "sampling"),
-        "meta": redact_secrets(_strict_json(_nonfinite_as_strings(golden.meta), "meta")),
-        "top_k": k,
-        "request_columns": list(request_columns(SCHEMA_VERSION)),
-        "request_ids": [r.id for r in reqs],
-        "finish_reasons": _strict_json([r.finish_reason for r in reqs], "finish_reason"),
-        "cached_tokens_details": _strict_json([r.cached_details for r in reqs], "cached_details"),
-        "no_top_requests": no_top,
-        "counts": {
-            "groups": len(golden.prefixes),
-            "requests": len(reqs),
-            "prefix_tokens": int(arrays["prefix_tokens"].size),
-            "new_tokens": int(arrays["new_tokens"].size),
-            "output_tokens": int(arrays["output_ids"].size),
-            "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
-        },
-        "arrays": {
-            name: {"data_type": a.dtype.name, "shape": list(a.shape), "sha256": array_sha256(a)}
-            for name, a in stored.items()
-        },
-        **extra,
+    counts = {
+        "groups": len(golden.prefixes),
+        "requests": len(reqs),
+        "prefix_tokens": int(arrays["prefix_tokens"].size),
+        "new_tokens": int(arrays["new_tokens"].size),
+        "output_tokens": int(arrays["output_ids"].size),
+        "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
     }
+    entries = {name: array_entry(a.dtype.name, list(a.shape), array_sha256(a))
+               for name, a in stored.items()}
+    prompt = None
     if golden.has_prompt_logprobs:
-        attrs[PROMPT_ARRAY] = {
+        prompt = {
             "starts": [int(r.prompt_logprob_start) for r in reqs],
             "counts": [0 if r.prompt_logprobs is None else len(r.prompt_logprobs) for r in reqs],
         }
+    columns = RequestColumns([r.id for r in reqs], [r.finish_reason for r in reqs],
+                             [r.cached_details for r in reqs], no_top)
+    return root_attrs(golden.scenario, golden.sampling, golden.meta, k, columns, counts,
+                      entries, extra, prompt)
+
+
+@dataclass
+class RequestColumns:
+    """The per-request columns the root attributes hold (one entry per request, in order)."""
+
+    ids: list[str]
+    finish_reasons: list[Any]
+    cached_details: list[Any]
+    no_top: list[int]
+
+
+def array_entry(data_type: str, shape: list[int], sha256: str) -> dict[str, Any]:
+    return {"data_type": data_type, "shape": shape, "sha256": sha256}
+
+
+def root_attrs(scenario: dict[str, Any], sampling: dict[str, Any], meta: dict[str, Any], k: int,
+               columns: RequestColumns, counts: dict[str, int], entries: dict[str, Any],
+               extra: dict[str, Any], prompt: dict[str, list[int]] | None,
+               version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """The root attributes of layout `version` from their parts, with their own checksum."""
+    attrs: dict[str, Any] = {
+        "schema": f"{SCHEMA_PREFIX}{version}",
+        "scenario": _strict_json(scenario, "scenario"),
+        "sampling": _strict_json(sampling, "sampling"),
+        "meta": redact_secrets(_strict_json(_nonfinite_as_strings(meta), "meta")),
+        "top_k": k,
+        "request_columns": list(request_columns(version)),
+        "request_ids": columns.ids,
+        "finish_reasons": _strict_json(columns.finish_reasons, "finish_reason"),
+        "cached_tokens_details": _strict_json(columns.cached_details, "cached_details"),
+        "no_top_requests": columns.no_top,
+        "counts": counts,
+        "arrays": entries,
+        **extra,
+    }
+    if prompt is not None:
+        attrs[PROMPT_ARRAY] = prompt
     attrs["attrs_sha256"] = attrs_sha256(attrs)
     return attrs
 
 
-def _as_float64(values: Any, what: str) -> np.ndarray:
+def as_float64(values: Any, what: str) -> np.ndarray:
     """The exact float64 values of a float32 or float64 array; anything else is refused."""
     arr = np.asarray(values)
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
@@ -140,7 +170,7 @@ def _request_table(reqs: list[RecordedRequest]) -> np.ndarray:
     return np.array(rows, dtype=np.int32).reshape(len(reqs), len(REQUEST_COLUMNS))
 
 
-def _concat_int32(parts: list[Any], what: str) -> np.ndarray:
+def concat_int32(parts: list[Any], what: str) -> np.ndarray:
     """Concatenate integer arrays into int32, refusing non-integer dtypes and overflow."""
     arrs = [np.asarray(p) for p in parts]
     for a in arrs:
@@ -153,8 +183,8 @@ def _concat_int32(parts: list[Any], what: str) -> np.ndarray:
     return np.concatenate([a.astype(np.int32).reshape(-1) for a in arrs])
 
 
-def _concat_f64(parts: list[Any], what: str) -> np.ndarray:
-    arrs = [_as_float64(p, what).reshape(-1) for p in parts]
+def concat_f64(parts: list[Any], what: str) -> np.ndarray:
+    arrs = [as_float64(p, what).reshape(-1) for p in parts]
     return np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.float64)
 
 

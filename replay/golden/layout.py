@@ -6,7 +6,10 @@ Two layouts exist; the `schema` attribute says which. Version 1 (the committed g
 every array as written in memory; version 2 (written since) stores the same golden nearer its
 entropy: the top-1 entry that repeats the chosen token is stored once, the per-request lengths
 live in the request table instead of offset arrays, and arrays are bit-shuffled before zstd.
-Readers turn either into the same logical arrays (the version-1 names) before any check.
+Version 3 (`replay.golden.stream`, a golden too large for one chunk) is version 2 with every
+array chunked along its first axis and its floats kept as float64, so that it can be written as
+the recording goes. Readers turn any of them into the same logical arrays (the version-1 names)
+before any check.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Mapping
 SCHEMA_PREFIX = "golden-replay/golden/"
 SCHEMA_VERSION = 2  # what the writer writes
 SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
-READABLE_VERSIONS = (1, 2)
+CHUNKED_VERSION = 3  # what the streaming writer writes for a golden larger than one chunk
+READABLE_VERSIONS = (1, 2, 3)
 
 ZSTD_LEVEL = 9  # float32 mantissas barely compress; 19 gained nothing on a preset golden
 
@@ -57,6 +61,7 @@ _STORED = {
     2: (("prefix_tokens", "requests", "new_tokens", "output_ids", "logprobs"),
         ("top_ids_rest", "top_logprobs_rest")),
 }
+_STORED[3] = _STORED[2]
 
 # Codecs a golden's arrays may use after `bytes`. Anything else is refused before zarr
 # instantiates it. Version 1 writes zstd, version 2 blosc (zstd inside, bit shuffle).

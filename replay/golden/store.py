@@ -36,7 +36,7 @@ from replay.golden.checks import (
     first_line, safe_attrs_sha256, schema_version, vet_array_metadata,
 )
 from replay.golden.codec import assemble, encode, logical_arrays
-from replay.golden.layout import BLOSC_CONFIG, SCHEMA, expected_arrays
+from replay.golden.layout import BLOSC_CONFIG, CHUNKED_VERSION, SCHEMA, expected_arrays
 from replay.golden.limits import (chunk_count_problem, chunk_size_problem,
                                   declared_size_problems, read_stable, symlink_problem)
 
@@ -248,10 +248,14 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
         if oversized:
             raise Unreadable(oversized)
     if compressor == "blosc" and chunks:  # an empty array has no chunk
-        if len(chunks) != 1 or list(chunk_shape) != list(entry["shape"]):
+        if opened.version < CHUNKED_VERSION and (
+                len(chunks) != 1 or list(chunk_shape) != list(entry["shape"])):
             raise Unreadable("a blosc array must be one chunk")
-        check_blosc_chunk(chunks[0].read_bytes(),
-                          int(np.prod(entry["shape"])) * np.dtype(entry["data_type"]).itemsize)
+        if list(chunk_shape[1:]) != [max(1, n) for n in entry["shape"][1:]]:
+            raise Unreadable("a chunk must hold whole rows")
+        nbytes = int(np.prod(chunk_shape)) * np.dtype(entry["data_type"]).itemsize
+        for chunk in chunks:
+            check_blosc_chunk(chunk.read_bytes(), nbytes)
     try:
         arr = opened.group[name]
         data = np.asarray(arr[...])

@@ -34,6 +34,8 @@ from replay.golden.meaning import check_meaning
 from replay.golden.store import content_checksum, read_golden, write_golden
 from replay.run.journal import Journal, journal_path
 from replay.run.recorder import RecordOptions, record, server_facts
+from replay.run.record_stream import Recorded, RequestSink, record_streamed
+from replay.golden.stream import CHUNK_ROWS, GoldenWriter
 from replay.utils.redact import argv_secrets, scrub, scrubbed_errors, url_secrets
 from replay.run.replayer import ReplayOptions, replay
 from replay.report.document import RunSetup, report_dict
@@ -228,22 +230,43 @@ def record_golden(plan: Plan, out: Path, target: ServerTarget,
                   options: RecordOptions = RecordOptions(),
                   client: ClientOptions = ClientOptions(), *, api: str = "auto",
                   force: bool = False, resume: bool = False,
-                  progress: ProgressBar | None = None, notify: Notify | None = None) -> Golden:
+                  progress: ProgressBar | None = None, notify: Notify | None = None,
+                  chunk_rows: int = CHUNK_ROWS) -> Recorded:
     """Record `plan` into the golden `out`, atomically. Completed requests are journalled beside
     `out` as they arrive, so an interrupted run continues with `resume`; the journal goes once
-    the golden is written (or the reference proved non-deterministic)."""
+    the golden is written (or the reference proved non-deterministic). One recording (the
+    default) is written as it goes (replay.golden.stream: `chunk_rows` output positions a
+    chunk), so its memory does not grow with the golden; a determinism check (several
+    recordings, compared whole) is recorded in memory, then written."""
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite")
     journal = journal_path(out)
     try:
-        golden = record_in_memory(plan, target, options, client, api=api, progress=progress,
-                                  notify=notify, journal_at=journal, resume=resume)
+        if options.check_determinism > 1:
+            golden = record_in_memory(plan, target, options, client, api=api, progress=progress,
+                                      notify=notify, journal_at=journal, resume=resume)
+            write_golden(golden, out, force=force)
+            recorded = recorded_summary(golden)
+        else:
+            with GoldenWriter(out, plan.prefixes, plan.spec.top_k, force=force,
+                              chunk_rows=chunk_rows) as writer:
+                recorded = _recording(plan, target, options, client, api, progress, notify,
+                                      journal, resume, writer)
+                writer.finish(len(plan.requests), recorded.scenario, recorded.sampling,
+                              recorded.meta)
     except (NonDeterministicRecording, ModelChanged):
         journal.unlink(missing_ok=True)
         raise
-    write_golden(golden, out, force=force)
     journal.unlink(missing_ok=True)
-    return golden
+    return recorded
+
+
+def recorded_summary(golden: Golden) -> Recorded:
+    """What `record_golden` tells of a golden recorded in memory."""
+    return Recorded(requests=len(golden.requests),
+                    output_tokens=sum(len(r.output_ids) for r in golden.requests),
+                    hits={int(r.cached_tokens) for r in golden.requests}, meta=golden.meta,
+                    scenario=golden.scenario, sampling=golden.sampling)
 
 
 def record_in_memory(plan: Plan, target: ServerTarget, options: RecordOptions = RecordOptions(),
@@ -251,27 +274,36 @@ def record_in_memory(plan: Plan, target: ServerTarget, options: RecordOptions = 
                      progress: ProgressBar | None = None, notify: Notify | None = None,
                      journal_at: Path | None = None, resume: bool = False) -> Golden:
     """Record `plan` against the target and return the golden without writing it."""
+    return _recording(plan, target, options, client, api, progress, notify, journal_at, resume)
+
+
+def _recording(plan: Plan, target: ServerTarget, options: RecordOptions, client: ClientOptions,
+               api: str, progress: ProgressBar | None, notify: Notify | None,
+               journal_at: Path | None, resume: bool, sink: RequestSink | None = None) -> Any:
+    """Serve the target and record `plan` from it: the Golden, or with a `sink` (each request
+    handed to it as it completes) the `Recorded` summary."""
     with scrubbed_errors(known_secrets(client, target)), target.serving(client.api_key) as url:
         total = len(plan.requests) * options.check_determinism
         with _progress(progress, f"record {plan.spec.name}", total) as tick:
             return aio.run(_record(url, plan, options, client, api, tick, notify, journal_at,
-                                   resume))
+                                   resume, sink))
 
 
 async def _record(url: str, plan: Plan, options: RecordOptions, client: ClientOptions, api: str,
                   tick: Tick | None, notify: Notify | None, journal_at: Path | None,
-                  resume: bool) -> Golden:
+                  resume: bool, sink: RequestSink | None) -> Any:
     async with connect(url, client, api, reference=True) as conn:
-        return await record_connected(conn, plan, options, tick, notify, journal_at, resume)
+        return await record_connected(conn, plan, options, tick, notify, journal_at, resume,
+                                      sink=sink)
 
 
 async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
                            tick: Tick | None = None, notify: Notify | None = None,
-                           journal_at: Path | None = None, resume: bool = False) -> Golden:
-    """Record over an open connection (the journal, when asked for, around it)."""
-    from replay.run.recorder import NonDeterministicReference
-
-    from replay.run.recorder import CACHE_OFF
+                           journal_at: Path | None = None, resume: bool = False, *,
+                           sink: RequestSink | None = None) -> Any:
+    """Record over an open connection (the journal, when asked for, around it): the Golden,
+    or with a `sink` the `Recorded` summary of what was handed to it."""
+    from replay.run.recorder import CACHE_OFF, NonDeterministicReference
 
     facts = await server_facts(conn)
     warnings = reference_warnings(facts.server_info, conn.api) \
@@ -284,9 +316,13 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
         header = {"scenario": plan.spec.to_dict(), "model": facts.model}
         journal, already = Journal.start(journal_at, header, resume)
     try:
-        golden = await record(conn, plan, options, tick, facts=facts, journal=journal,
-                              already=already)
-        misreported = golden.meta.get("server_misreported_prompt_ids")
+        if sink is not None:
+            result: Any = await record_streamed(conn, plan, options, sink, tick, facts=facts,
+                                                journal=journal, already=already)
+        else:
+            result = await record(conn, plan, options, tick, facts=facts, journal=journal,
+                                  already=already)
+        misreported = result.meta.get("server_misreported_prompt_ids")
         if misreported and notify:
             notify(f"warning: the server reported prompt token ids other than sent in "
                    f"{misreported} request(s) (its bug: docs/findings/sglang-ids.md); the "
@@ -295,7 +331,7 @@ async def record_connected(conn: Connection, plan: Plan, options: RecordOptions,
         if after != facts.model:
             raise ModelChanged(f"the server's model changed during the recording ({facts.model!r} "
                                f"at the start, {after!r} at the end): nothing was written")
-        return golden
+        return result
     except NonDeterministicReference as exc:
         raise NonDeterministicRecording(f"the reference is not deterministic: {exc}") from None
     finally:

@@ -58,14 +58,36 @@ class NonDeterministicReference(Exception):
     """Repeated recordings of the reference differ: the golden would be worthless."""
 
 
+Keep = Callable[[int, Completion], None]  # (request index, its completion) as each completes
+
+
 async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int | None,
                       progress: Progress | None = None, journal: Journal | None = None,
                       already: dict[int, Completion] | None = None) -> list[Completion]:
     """One recording of the plan; requests in `already` (from a journal) are not sent again."""
-    done: dict[int, Completion] = dict(already or {})
+    done: dict[int, Completion] = {}
+    await record_pass(conn, plan, done.__setitem__, schedule=schedule, vocab=vocab,
+                      progress=progress, journal=journal, already=already)
+    return [done[i] for i in range(len(plan.requests))]
+
+
+async def record_pass(conn: Connection, plan: Plan, keep: Keep, *, schedule: str,
+                      vocab: int | None, progress: Progress | None = None,
+                      journal: Journal | None = None,
+                      already: dict[int, Completion] | None = None) -> None:
+    """One recording of the plan, each completion handed to `keep` as it completes (those in
+    `already`, from a journal, first and not sent again). Of the answers only the output ids a
+    later turn's input needs are held here (none of the last turn's)."""
+    outputs: dict[int, np.ndarray] = {}
+    last_turn = max((r.turn for r in plan.requests), default=0)
+
+    def hold(i: int, completion: Completion) -> None:
+        if plan.requests[i].turn < last_turn:
+            outputs[i] = completion.output_ids
+        keep(i, completion)
 
     def inputs_for(i: int) -> np.ndarray:
-        return input_ids(plan.requests, plan.prefixes, lambda j: done[j].output_ids, i)
+        return input_ids(plan.requests, plan.prefixes, outputs.__getitem__, i)
 
     def extras_for(i: int) -> RequestExtras:
         return RequestExtras(prompt_start(plan, lambda j: len(inputs_for(j)), i),
@@ -73,21 +95,23 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
 
     def on_done(i: int, completion: Completion) -> None:
         refuse_unless_logprobs(plan.requests[i].id, completion, plan.spec.top_k)
-        done[i] = completion
         if journal:
             journal.add(i, plan.requests[i].id, completion)
+        hold(i, completion)
         if progress:
             progress(plan.requests[i].id, False)
 
-    remaining = [i for i in range(len(plan.requests)) if i not in done]
-    if progress:
-        for _ in range(len(plan.requests) - len(remaining)):
+    resumed = sorted((already or {}).keys())
+    for i in resumed:
+        hold(i, (already or {})[i])
+        if progress:
             progress("resumed", False)
+    skip = set(resumed)
+    remaining = [i for i in range(len(plan.requests)) if i not in skip]
     await run_nodes(conn, plan.requests, inputs_for, on_done, schedule=schedule,
                     top_k=plan.spec.top_k, vocab_size=vocab, only=remaining,
                     extras_for=extras_for if plan.spec.prompt_logprobs or plan.spec.salted
                     else None)
-    return [done[i] for i in range(len(plan.requests))]
 
 
 def prompt_start(plan: Plan, input_len_of: Callable[[int], int], i: int) -> int:
@@ -142,12 +166,8 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
                  already: dict[int, Completion] | None = None) -> Golden:
     """Record the plan into a Golden. With a `journal`, the first recording journals each
     completed request and skips those in `already` (resumed)."""
-    facts = facts or await server_facts(conn)
-    check_vocab(plan.spec, facts.vocab)
-    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
+    facts = await prepare_recording(conn, plan, options, facts)
     cached = options.reference == CACHED
-    if cached:
-        check_cached_reference(plan, facts.server_info)
     runs: list[list[Completion]] = []
     for attempt in range(options.check_determinism):
         if attempt > 0 or (cached and not already):  # a cached reference starts from empty
@@ -162,13 +182,8 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
             f"{len(differences)} request(s) differ across {len(runs)} recordings; first: "
             + "; ".join(differences[:5])
         )
-    meta = source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
-                       flush=conn.api.flush_note)
-    if cached:  # absent means cache-off, so goldens recorded before read as they did
-        meta["reference"] = CACHED
-    misreported = sum(1 for c in runs[0] if c.misreported_ids)
-    if misreported:  # the values are the true tokens'; only the reported ids are wrong
-        meta["server_misreported_prompt_ids"] = misreported
+    meta = recording_meta(conn, facts, options,
+                          sum(1 for c in runs[0] if c.misreported_ids))
     return Golden(
         scenario=plan.spec.to_dict(),
         prefixes=plan.prefixes,
@@ -176,6 +191,30 @@ async def record(conn: Connection, plan: Plan, options: RecordOptions,
         sampling=dict(SAMPLING),
         meta=meta,
     )
+
+
+async def prepare_recording(conn: Connection, plan: Plan, options: RecordOptions,
+                            facts: ServerFacts | None) -> ServerFacts:
+    """The server's facts, and the checks a recording makes before its first request."""
+    facts = facts or await server_facts(conn)
+    check_vocab(plan.spec, facts.vocab)
+    check_sampling_defaults(facts.model_info, {**SAMPLING, "max_new_tokens": 0})
+    if options.reference == CACHED:
+        check_cached_reference(plan, facts.server_info)
+    return facts
+
+
+def recording_meta(conn: Connection, facts: ServerFacts, options: RecordOptions,
+                   misreported: int) -> dict[str, Any]:
+    """The golden's `meta`: where it was recorded, which reference, what the server got wrong
+    (`misreported`: requests whose prompt ids it reported other than sent)."""
+    meta = source_meta(conn.url, facts.server_info, facts.model_info, api=conn.api.name,
+                       flush=conn.api.flush_note)
+    if options.reference == CACHED:  # absent means cache-off, so goldens recorded before read as they did
+        meta["reference"] = CACHED
+    if misreported:  # the values are the true tokens'; only the reported ids are wrong
+        meta["server_misreported_prompt_ids"] = misreported
+    return meta
 
 
 def check_cached_reference(plan: Plan, server_info: dict[str, Any]) -> None:
@@ -218,11 +257,12 @@ def determinism_differences(plan: Plan, runs: list[list[Completion]]) -> list[st
     return found
 
 
-def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
+def recorded_request(plan: Plan, i: int, c: Completion,
+                     input_len_of: Callable[[int], int]) -> RecordedRequest:
+    """Request i of the plan with its answer `c`, as the golden stores it (`input_len_of(j)`:
+    request j's input length, for where its prompt logprobs start)."""
     req = plan.requests[i]
-    c = run[i]
-    start = prompt_start(plan, lambda j: len(input_ids(plan.requests, plan.prefixes,
-                                                      lambda k: run[k].output_ids, j)), i)
+    start = prompt_start(plan, input_len_of, i)
     return RecordedRequest(
         id=req.id, group=req.group, branch=req.branch, turn=req.turn, parent=req.parent,
         new_tokens=req.new_tokens, max_new_tokens=req.max_new_tokens,
@@ -233,3 +273,8 @@ def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
         prompt_logprob_start=start,
         prompt_logprobs=c.prompt_logprobs if start >= 0 else None,
     )
+
+
+def _recorded(plan: Plan, i: int, run: list[Completion]) -> RecordedRequest:
+    return recorded_request(plan, i, run[i], lambda j: len(input_ids(
+        plan.requests, plan.prefixes, lambda k: run[k].output_ids, j)))

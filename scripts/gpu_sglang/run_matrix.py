@@ -184,9 +184,9 @@ def record_all(plan: Plan, fleet: Fleet, out: Path, rows: list[dict[str, Any]]) 
                                    force=True)
             made[g.name] = path
             rows.append({"job": f"record {g.name}", "scenario": g.scenario, "on": g.on,
-                         "reference": g.reference, "requests": len(golden.requests),
+                         "reference": g.reference, "requests": golden.requests,
                          "seconds": round(time.monotonic() - started, 1),
-                         "hits": sorted({r.cached_tokens for r in golden.requests}),
+                         "hits": sorted(golden.hits),
                          "misreported_prompt_ids": golden.meta.get("server_misreported_prompt_ids", 0)})
         except Exception as exc:  # noqa: BLE001
             rows.append({"job": f"record {g.name}", "error": " ".join(str(exc).split())[:600]})

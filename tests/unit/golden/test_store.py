@@ -519,13 +519,13 @@ def test_zarr_group_without_schema_is_not_a_golden(tmp_path: Path) -> None:
 def test_newer_schema_is_refused(written: tuple[Golden, Path]) -> None:
     _, path = written
     attrs = root_attrs(path)
-    attrs["schema"] = "golden-replay/golden/3"
+    attrs["schema"] = "golden-replay/golden/4"
     rewrite_root_attrs(path, attrs)
     with pytest.raises(GoldenFormatError) as err:
         read_golden(path)
     assert str(err.value) == (
-        f"{path}: golden schema golden-replay/golden/3 is newer than this tool understands "
-        "(golden-replay/golden/2): upgrade golden-replay")
+        f"{path}: golden schema golden-replay/golden/4 is newer than this tool understands "
+        "(golden-replay/golden/3): upgrade golden-replay")
 
 
 def test_unknown_schema_is_refused(written: tuple[Golden, Path]) -> None:
