@@ -77,6 +77,10 @@ def exits_cleanly(fn: F, *, signals: bool = True) -> F:
             raise
         except GoldenError as exc:
             fail(f"error: {exc}")
+        except BrokenPipeError:  # `golden ... | head -1`: the reader has what it wanted
+            from cli.closed_pipe import end_quietly
+
+            end_quietly()
         except OSError as exc:  # a file or directory the user named cannot be used
             where = f"{exc.filename}: " if exc.filename else ""
             fail(f"error: {where}{exc.strerror or exc}")
