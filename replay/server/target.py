@@ -46,6 +46,8 @@ class ServerTarget:
     def __post_init__(self) -> None:
         if (self.url is None) == (self.profile is None):
             raise UsageError("give exactly one of --server URL or --launch PROFILE")
+        if self.url is not None:
+            check_url(self.url, self.FLAGS["url"])
         if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
             raise UsageError("--fault, --server-arg and --attention-backend apply only with "
                              "--launch")
@@ -122,6 +124,15 @@ class ServerTarget:
                                api_key=api_key)
 
 
+def check_url(url: str, flag: str) -> None:
+    """A server URL names its scheme: `localhost:30000` would otherwise fail later as a
+    connection to nowhere, without a word on why. Credentials in it are never shown."""
+    if "://" not in url:
+        shown = redact_text(f"http://{url}")
+        raise UsageError(f"{flag} {shown[len('http://'):]!r} has no scheme; did you mean "
+                         f"{shown}?")
+
+
 def control_target(target: ServerTarget, control: str | None = None,
                    control_server: str | None = None) -> ServerTarget | None:
     """The control of a replay (docs/control.md), from `--control PROFILE|auto` (launched like
@@ -131,6 +142,7 @@ def control_target(target: ServerTarget, control: str | None = None,
     if control is not None and control_server is not None:
         raise UsageError("give --control PROFILE or --control-server URL, not both")
     if control_server is not None:
+        check_url(control_server, "--control-server")
         return ServerTarget(url=control_server, notify=target.notify)
     if control is None:
         return None
