@@ -161,6 +161,17 @@ def test_a_refused_connection_names_the_url_and_a_hint(golden, tmp_path):
                           "running there? --launch PROFILE starts one: see golden profiles)\n")
 
 
+@pytest.mark.parametrize("command", ["replay", "matrix"])
+def test_an_expect_cache_typo_is_refused_before_any_server_is_launched(golden, tmp_path, command):
+    logs = tmp_path / "logs"
+    res = runner.invoke(app, [command, str(golden), "--launch", "embedded-hicache", "--log-dir",
+                              str(logs), "--expect-cache", "atention", "--quiet"])
+    assert res.exit_code == 2
+    assert res.output == ("error: invalid --expect-cache 'atention': use auto, none, any, "
+                          "attention or mamba:INTERVAL\n")
+    assert not logs.exists()  # no server was started: it would have written its log there
+
+
 def test_repeat_reports_how_many_repeats_failed(golden, tmp_path):
     calls = {"n": 0}
     target = input_of(golden, "g0/b0/t2")
