@@ -101,6 +101,18 @@ class ServerTarget:
                      attention_backend=self.attention_backend)
         return profile
 
+    def check(self) -> None:
+        """Everything that can be checked before a server starts: a launch names a profile or
+        topology that exists and takes the launch fields (a UsageError; a URL checked itself)."""
+        if self.profile is None:
+            return
+        from replay.server import topology
+
+        if topology.is_topology(self.profile):
+            topology.load_topology(self.profile)
+        else:
+            self.launch_profile()
+
     def log_path(self, profile: "LaunchProfile") -> Path:
         return Path(self.log_dir) / f"{profile.name}.log"
 

@@ -80,3 +80,12 @@ def test_a_scheme_less_url_is_refused_without_showing_its_password():
     with pytest.raises(UsageError) as refused:
         ServerTarget(url="user:secret@host:1")
     assert "secret" not in str(refused.value) and "http://" in str(refused.value)
+
+
+def test_a_check_before_launching_refuses_a_misspelt_profile_and_takes_a_topology():
+    with pytest.raises(UsageError, match="no launch profile or file named 'embeded-hicache'"):
+        ServerTarget(profile="embeded-hicache").check()
+    from replay.server.topology import builtin_topology_names
+
+    ServerTarget(profile=builtin_topology_names()[0]).check()
+    ServerTarget(url="http://x:1").check()
