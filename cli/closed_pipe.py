@@ -4,7 +4,9 @@
 ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError instead: typer's echo let it
 through as "error: Broken pipe" (exit 2) and rich's console exited 1 (the FAIL code) on its own.
 Both now end here: stdout (and stderr) are pointed at /dev/null, so that nothing, not even the
-interpreter's last flush, writes to the closed pipe again, and the process exits 0.
+interpreter's last flush, writes to the closed pipe again, and a listing command exits 0. A
+command with a verdict (replay, diff, matrix...) exits 2 instead: its verdict was not written,
+and a closed pipe must never read as a pass.
 """
 
 from __future__ import annotations
@@ -16,15 +18,24 @@ from typing import NoReturn
 from rich.console import Console
 
 
-def end_quietly() -> NoReturn:
-    """The reader is gone: no more output, exit 0 (what `ls | head -1` does)."""
+NO_VERDICT = "error: the output pipe was closed before the verdict was written\n"
+
+
+def end_quietly(listing: bool) -> NoReturn:
+    """The reader is gone: no more output; exit 0 for a listing (what `ls | head -1` does),
+    else one line on stderr (if it is still open) and exit 2: no verdict was delivered."""
+    if not listing:
+        try:
+            os.write(sys.stderr.fileno(), NO_VERDICT.encode())
+        except (OSError, ValueError):
+            pass
     devnull = os.open(os.devnull, os.O_WRONLY)
     for stream in (sys.stdout, sys.stderr):
         try:
             os.dup2(devnull, stream.fileno())
         except (OSError, ValueError):  # a stream without a file descriptor (a test's capture)
             pass
-    raise SystemExit(0)
+    raise SystemExit(0 if listing else 2)
 
 
 class PipeConsole(Console):

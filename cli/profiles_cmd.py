@@ -83,5 +83,5 @@ def show(
     render.out.print(rendered.shell(), markup=False)
 
 
-app.callback(invoke_without_command=True)(exits_cleanly(profiles))
-app.command("show")(exits_cleanly(show))
+app.callback(invoke_without_command=True)(exits_cleanly(profiles, listing=True))
+app.command("show")(exits_cleanly(show, listing=True))

@@ -46,3 +46,9 @@ def test_a_golden_of_git_lfs_pointers_says_so_and_how_to_fetch_the_data(lfs_gold
     assert res.exit_code == 2
     assert res.output == (f"error: {lfs_golden}'s chunks are Git LFS pointers, not data: run "
                           "git lfs pull\n")
+
+
+def test_a_closed_pipe_before_a_verdict_is_written_is_an_error_never_a_pass():
+    res = into_closed_pipe("diff", str(COMMITTED), str(COMMITTED))  # a pass, had it been read
+    assert res.returncode == 2
+    assert res.stderr == "error: the output pipe was closed before the verdict was written\n"
