@@ -165,8 +165,8 @@ def prune(
     typer.echo(f"deleted {history_prune(_where(ctx, db), before)} run(s)")
 
 
-app.callback(invoke_without_command=True)(exits_cleanly(runs))
+app.callback(invoke_without_command=True)(exits_cleanly(runs, listing=True))
 app.command("add")(exits_cleanly(add))
-app.command("show")(exits_cleanly(show))
+app.command("show")(exits_cleanly(show, listing=True))
 app.command("page")(exits_cleanly(page))
 app.command("prune")(exits_cleanly(prune))

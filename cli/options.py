@@ -55,8 +55,10 @@ def global_settings() -> GlobalSettings:
     return _RUNNING.get()
 
 
-def exits_cleanly(fn: F, *, signals: bool = True) -> F:
+def exits_cleanly(fn: F, *, signals: bool = True, listing: bool = False) -> F:
     """Errors become one line on stderr and exit code 2, never a traceback (unless --debug).
+    A closed stdout pipe ends quietly (cli/closed_pipe.py): exit 0 for a `listing` command (no
+    verdict), else exit 2.
     With `signals`, SIGTERM and SIGHUP interrupt the command like Ctrl-C (`signals_interrupt`);
     `golden serve` keeps the default (a server stopped by SIGTERM just ends). The command gets
     the global settings of its command line (typer hands the wrapper the click context)."""
@@ -77,6 +79,10 @@ def exits_cleanly(fn: F, *, signals: bool = True) -> F:
             raise
         except GoldenError as exc:
             fail(f"error: {exc}")
+        except BrokenPipeError:  # `golden ... | head -1`: the reader has what it wanted
+            from cli.closed_pipe import end_quietly
+
+            end_quietly(listing)
         except OSError as exc:  # a file or directory the user named cannot be used
             where = f"{exc.filename}: " if exc.filename else ""
             fail(f"error: {where}{exc.strerror or exc}")

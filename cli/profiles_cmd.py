@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from cli.options import exits_cleanly
+
 app = typer.Typer(
     help="Launch profiles: how `--launch PROFILE` starts a server (docs/profiles.md).",
     no_args_is_help=False,
@@ -16,7 +18,6 @@ app = typer.Typer(
 )
 
 
-@app.callback(invoke_without_command=True)
 def profiles(ctx: typer.Context) -> None:
     """List the built-in launch profiles (a TOML file path works wherever a name does)."""
     if ctx.invoked_subcommand is not None:
@@ -46,7 +47,6 @@ def profiles(ctx: typer.Context) -> None:
     render.print_whole(topologies)
 
 
-@app.command("show")
 def show(
     name: str = typer.Argument(..., metavar="PROFILE", help="A built-in name or a TOML file."),
     model: str = typer.Option(None, "--model", help="Model for profiles that need one.", show_default=False),
@@ -81,3 +81,7 @@ def show(
     if rendered.cwd:
         render.out.print(f"# working directory: {rendered.cwd}", markup=False)
     render.out.print(rendered.shell(), markup=False)
+
+
+app.callback(invoke_without_command=True)(exits_cleanly(profiles, listing=True))
+app.command("show")(exits_cleanly(show, listing=True))

@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -16,6 +15,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from cli.closed_pipe import PipeConsole
 from cli.progress import ProgressLines
 from replay.report.control import control_note
 from replay.report.views import (
@@ -26,8 +26,8 @@ from replay.report.views import (
     verdict_lines,
 )
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = PipeConsole(highlight=False, soft_wrap=True)
+err = PipeConsole(stderr=True, highlight=False, soft_wrap=True)
 PIPE_WIDTH = 400  # columns a table may use when stdout is a pipe or a CI log (nothing cuts it)
 
 
@@ -43,7 +43,7 @@ def print_whole(renderable: object) -> None:
     if out.is_terminal:
         out.print(renderable)
         return
-    wide = Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH, file=out.file,
+    wide = PipeConsole(highlight=False, soft_wrap=True, width=PIPE_WIDTH, file=out.file,
                    color_system=None)
     wide.print(renderable)
 

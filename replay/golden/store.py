@@ -37,6 +37,7 @@ from replay.golden.checks import (
 )
 from replay.golden.codec import assemble, encode, logical_arrays
 from replay.golden.layout import BLOSC_CONFIG, CHUNKED_VERSION, SCHEMA, expected_arrays
+from replay.golden.lfs import LfsPointers, refuse_lfs_pointers
 from replay.golden.limits import (chunk_count_problem, chunk_size_problem,
                                   declared_size_problems, read_stable, symlink_problem)
 
@@ -96,12 +97,15 @@ def content_checksum(golden: Golden) -> str:
 
 def verify_golden(path: str | Path) -> list[str]:
     """Every problem found in the golden at `path`, [] when it is sound. Never raises for a bad
-    golden: a missing path, garbage metadata or an undecodable chunk are all reported."""
+    golden: a missing path, garbage metadata or an undecodable chunk are all reported. A golden
+    whose data was never fetched (Git LFS pointers) raises LfsPointers: nothing to list."""
     try:
         return read_stable(lambda: _open_and_check(Path(path), verify=True), Path(path),
                            lambda r: bool(r[2]))[2]
     except Unreadable as exc:
         return [str(exc)]
+    except LfsPointers:  # nothing to list: the data was never fetched
+        raise
     except Exception as exc:  # noqa: BLE001 - the contract is to report, not to raise
         return [f"unexpected error while verifying: {type(exc).__name__}: {exc}"]
 
@@ -198,6 +202,7 @@ def _open(path: Path, *, verify: bool) -> _Opened:
     link = symlink_problem(path)
     if link:
         raise Unreadable(link)
+    refuse_lfs_pointers(path)  # a checkout without `git lfs pull`: said so, not "corrupt"
     try:
         store = LocalStore(path, read_only=True)
         group = zarr.open_group(store=store, mode="r", zarr_format=3, use_consolidated=False)

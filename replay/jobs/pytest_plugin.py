@@ -13,8 +13,9 @@ to add every replay to a results history (docs/history.md); `--golden-api-key KE
 `--golden-admin-api-key KEY` (or the environment's GOLDEN_API_KEY, GOLDEN_ADMIN_API_KEY) for a
 server started with keys. Without a server option the tests that use `golden_replay` are skipped,
 so a suite stays runnable on machines without an accelerator; an option given empty
-(`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip, and an unreachable
-server errors every test that uses it.
+(`--golden-server "$UNSET"`) is a usage error (pytest exit 4), never a skip, as is a server
+option that cannot work (a misspelt `--golden-launch`, a URL without a scheme): one line before
+any test runs. An unreachable server errors every test that uses it.
 
 Verdicts map onto pytest's own: `pass` returns the report dict, `fail` fails the test with the
 same first-divergence lines the CLI prints, `error` (no verdict: unreachable server, unreadable
@@ -101,6 +102,24 @@ def pytest_configure(config: pytest.Config) -> None:
             flag = "--" + name.replace("_", "-")
             raise pytest.UsageError(f"{flag} is empty (an unset CI variable?): give a value, or "
                                     "leave the option out to skip the golden tests")
+    if config.getoption("golden_server") or config.getoption("golden_launch"):
+        check_target(config)
+
+
+def check_target(config: pytest.Config) -> None:
+    """A server option that cannot work (a misspelt --golden-launch, a profile without its
+    --golden-model) is a usage error, one line before any test runs: not an error per test with
+    the message twice over a chained traceback."""
+    from replay.server.target import ServerTarget
+    from replay.utils.errors import GoldenError
+
+    try:
+        session_target(config, None).check()
+    except GoldenError as exc:  # the library names golden's flags: say the plugin's
+        flags = "|".join(f.removeprefix("--") for f in
+                         sorted(ServerTarget.FLAGS.values(), key=len, reverse=True))
+        message = re.sub(rf"(?<![\w-])--({flags})(?![\w-])", r"--golden-\1", str(exc))
+        raise pytest.UsageError(message) from None
 
 
 def secrets(config: pytest.Config) -> dict[str, str | None]:
@@ -132,6 +151,7 @@ def golden_server(request: pytest.FixtureRequest,
         pytest.skip("no golden server: pass --golden-server URL or --golden-launch PROFILE")
     from replay.utils.errors import GoldenError
 
+    failure = None
     try:
         launching = bool(config.getoption("golden_launch"))
         given = config.getoption("golden_log_dir")
@@ -140,7 +160,9 @@ def golden_server(request: pytest.FixtureRequest,
         with target.serving(secrets(config)["api_key"]) as url:
             yield url
     except GoldenError as exc:
-        pytest.fail(f"golden server: {exc}", pytrace=False)
+        failure = f"golden server: {exc}"
+    if failure is not None:  # failed outside the handler: one message, no chained traceback
+        pytest.fail(failure, pytrace=False)
 
 
 def _say(config: pytest.Config) -> Callable[[str], None]:

@@ -134,10 +134,34 @@ def _span(history: int, output: int, cap: int | None) -> int:
     return span if cap is None else min(span, cap + 1)
 
 
+EXPECTATION_HELP = "use auto, none, any, attention or mamba:INTERVAL"
+
+
+def check_expectation(text: str) -> None:
+    """The form of `--expect-cache`, checked when the options are made, before any server is
+    launched (a typo must not cost a server's start-up). A `mamba` without INTERVAL takes the
+    server's, checked when it answers (`parse_expectation`)."""
+    kind, _, arg = text.partition(":")
+    if kind == "mamba" and (not arg or _interval(arg) > 0):
+        return
+    if kind == "mamba":
+        raise UsageError(f"invalid --expect-cache {text!r}: give mamba:INTERVAL with INTERVAL > 0")
+    if text not in ("auto", "none", "any", "attention"):
+        raise UsageError(f"invalid --expect-cache {text!r}: {EXPECTATION_HELP}")
+
+
+def _interval(arg: str) -> int:
+    try:
+        return int(arg)
+    except ValueError:
+        return 0
+
+
 def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[str, Any],
                       api_default: str | None = None) -> CacheExpectation:
     """`auto`, `none`, `any`, `attention` or `mamba:INTERVAL` (INTERVAL may be omitted: from
     server_info)."""
+    check_expectation(text)
     page = _positive(server_info.get("page_size"), 1)
     if text == "auto":
         return auto_expectation(server_info, model_info, api_default)
@@ -145,18 +169,12 @@ def parse_expectation(text: str, server_info: dict[str, Any], model_info: dict[s
         return CacheExpectation(text)
     if text == "attention":
         return CacheExpectation("attention", page_size=page)
-    kind, _, arg = text.partition(":")
-    if kind == "mamba":
-        interval = _positive(server_info.get("mamba_track_interval"), 0)
-        if arg:
-            try:
-                interval = int(arg)
-            except ValueError:
-                interval = 0
-        if interval <= 0:
-            raise UsageError(f"invalid --expect-cache {text!r}: give mamba:INTERVAL with INTERVAL > 0")
-        return CacheExpectation("mamba", page_size=page, interval=interval)
-    raise UsageError(f"invalid --expect-cache {text!r}: use auto, none, any, attention or mamba:INTERVAL")
+    arg = text.partition(":")[2]
+    interval = _interval(arg) if arg else _positive(server_info.get("mamba_track_interval"), 0)
+    if interval <= 0:
+        raise UsageError(f"invalid --expect-cache {text!r}: give mamba:INTERVAL with INTERVAL > 0 "
+                         "(this server reports no mamba_track_interval)")
+    return CacheExpectation("mamba", page_size=page, interval=interval)
 
 
 def pool_tokens(server_info: dict[str, Any]) -> int | None:

@@ -20,6 +20,7 @@ from replay.server.apis.base import Completion, RequestExtras
 from replay.judge.cache_check import (
     CacheExpectation,
     HitTally,
+    check_expectation,
     isolation_problem,
     parse_expectation,
     reference_reuse_problem,
@@ -60,6 +61,7 @@ class ReplayOptions:
         if isinstance(self.policy, str):
             object.__setattr__(self, "policy", Policy.parse(self.policy))
         check_schedule(self.schedule)
+        check_expectation(self.expect_cache)
         if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or self.repeat < 1:
             raise UsageError("--repeat must be >= 1")
         if self.require_tier not in (None, *TIERS):

@@ -46,6 +46,8 @@ class ServerTarget:
     def __post_init__(self) -> None:
         if (self.url is None) == (self.profile is None):
             raise UsageError("give exactly one of --server URL or --launch PROFILE")
+        if self.url is not None:
+            check_url(self.url, self.FLAGS["url"])
         if self.url is not None and (self.fault or self.extra_args or self.attention_backend):
             raise UsageError("--fault, --server-arg and --attention-backend apply only with "
                              "--launch")
@@ -99,6 +101,18 @@ class ServerTarget:
                      attention_backend=self.attention_backend)
         return profile
 
+    def check(self) -> None:
+        """Everything that can be checked before a server starts: a launch names a profile or
+        topology that exists and takes the launch fields (a UsageError; a URL checked itself)."""
+        if self.profile is None:
+            return
+        from replay.server import topology
+
+        if topology.is_topology(self.profile):
+            topology.load_topology(self.profile)
+        else:
+            self.launch_profile()
+
     def log_path(self, profile: "LaunchProfile") -> Path:
         return Path(self.log_dir) / f"{profile.name}.log"
 
@@ -122,6 +136,15 @@ class ServerTarget:
                                api_key=api_key)
 
 
+def check_url(url: str, flag: str) -> None:
+    """A server URL names its scheme: `localhost:30000` would otherwise fail later as a
+    connection to nowhere, without a word on why. Credentials in it are never shown."""
+    if "://" not in url:
+        shown = redact_text(f"http://{url}")
+        raise UsageError(f"{flag} {shown[len('http://'):]!r} has no scheme; did you mean "
+                         f"{shown}?")
+
+
 def control_target(target: ServerTarget, control: str | None = None,
                    control_server: str | None = None) -> ServerTarget | None:
     """The control of a replay (docs/control.md), from `--control PROFILE|auto` (launched like
@@ -131,6 +154,7 @@ def control_target(target: ServerTarget, control: str | None = None,
     if control is not None and control_server is not None:
         raise UsageError("give --control PROFILE or --control-server URL, not both")
     if control_server is not None:
+        check_url(control_server, "--control-server")
         return ServerTarget(url=control_server, notify=target.notify)
     if control is None:
         return None

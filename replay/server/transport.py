@@ -212,7 +212,7 @@ class ServerClient:
                     return resp.status, data
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 if last:
-                    raise ServerError(f"{what}: cannot connect to {self.url}: {_reason(exc)}") from None
+                    raise ServerError(_unreachable(self.url, exc)) from None
                 await asyncio.sleep(delay)
                 delay *= 2
             except asyncio.TimeoutError:
@@ -265,6 +265,20 @@ def auth_hint(status: int) -> str:
 def _short(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _unreachable(url: str, exc: BaseException) -> str:
+    """One line for a server that cannot be reached: the URL, why in words (not aiohttp's
+    `Cannot connect to host ... ssl:default [...]`), and for a refused connection the likely
+    cause and its remedy."""
+    os_error = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else None
+    if isinstance(os_error, ConnectionRefusedError):
+        return (f"cannot connect to {url}: connection refused (is a server running there? "
+                "--launch PROFILE starts one: see golden profiles)")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return f"cannot connect to {url}: no connection within the timeout"
+    reason = os_error.strerror if isinstance(os_error, OSError) and os_error.strerror else None
+    return f"cannot connect to {url}: {reason or _reason(exc)}"
 
 
 def _reason(exc: BaseException) -> str:

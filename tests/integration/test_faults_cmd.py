@@ -15,6 +15,7 @@ from cli.main import app
 from replay.engine.faults import FAULTS
 from replay.jobs.detection import FAULT_PROFILES
 from replay.utils.errors import UsageError
+from tests.support.closed_pipe import into_closed_pipe
 
 runner = CliRunner()
 
@@ -63,3 +64,8 @@ def test_demo_refuses_an_unknown_fault_before_any_work(tmp_path):
 def test_demo_refuses_an_unknown_replay_profile_before_any_work(tmp_path):
     with pytest.raises(UsageError):
         demo_profile(None, "no-such-profile")
+
+
+def test_a_reader_that_closed_the_pipe_ends_the_list_of_faults_quietly_with_exit_0():
+    res = into_closed_pipe("faults")
+    assert (res.returncode, res.stderr) == (0, "")

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from replay.golden.store import content_checksum, read_golden
 from tests.support import paths
+from tests.support.closed_pipe import into_closed_pipe
 from tests.support.history_reports import run_report, sample, write
 from tests.support.postgres import free_port, history_url, postgres  # noqa: F401 - fixtures
 from tests.support.stub_process import drift
@@ -400,3 +401,12 @@ def test_rendering_someone_s_report_adds_no_run(history_url, tmp_path):
     res = cli("--history", history_url, "report", str(report), "-o", str(tmp_path / "r.html"))
     assert res.exit_code == 0 and (tmp_path / "r.html").exists()
     assert len(listed(history_url)) == 1
+
+
+def test_a_reader_that_closed_the_pipe_ends_the_list_of_runs_quietly_with_exit_0(tmp_path):
+    db = str(tmp_path / "h.sqlite")
+    reports = [write(run_report(hour=h, golden_sha256=f"{h:064x}"), tmp_path / f"r{h}.json")
+               for h in range(3)]
+    assert cli("history", "add", *map(str, reports), "--db", db).exit_code == 0
+    res = into_closed_pipe("history", "--db", db)
+    assert (res.returncode, res.stderr) == (0, "")

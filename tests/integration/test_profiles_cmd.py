@@ -5,10 +5,12 @@ from __future__ import annotations
 import shlex
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from cli.profiles_cmd import app
 from replay.server.profile import builtin_profile_names
+from tests.support.closed_pipe import into_closed_pipe
 
 runner = CliRunner()
 
@@ -87,3 +89,10 @@ def test_profiles_show_names_the_control():
     res = runner.invoke(app, ["show", "sglang-cpu-hicache", "--model", "M"])
     assert res.exit_code == 0
     assert res.output.splitlines()[0].endswith("; control (--control auto): sglang-cpu-radix")
+
+
+@pytest.mark.parametrize("args", [["profiles"], ["profiles", "show", "sglang-reference",
+                                                 "--model", "m"]])
+def test_a_reader_that_closed_the_pipe_ends_the_listing_quietly_with_exit_0(args):
+    res = into_closed_pipe(*args)
+    assert (res.returncode, res.stderr) == (0, "")

@@ -67,11 +67,22 @@ def test_the_history_option_adds_every_replay_to_the_history(pytester, golden, t
     assert run_["verdict"] == "pass" and run_["golden_name"] == str(golden)
 
 
-def test_a_log_dir_or_model_for_a_running_server_is_an_error_not_ignored(pytester, golden):
+def test_a_log_dir_or_model_for_a_running_server_is_a_usage_error_not_ignored(pytester, golden):
     with StubServer(StubConfig()) as stub:
         result = run(pytester, golden, "--golden-server", stub.url, "--golden-model", "m")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*--model applies only with --launch*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --golden-model applies only with --golden-launch (*"])
+
+
+def test_a_misspelt_launch_profile_is_one_usage_error_line_before_any_test(pytester, golden):
+    result = run(pytester, golden, "--golden-launch", "embeded-hicache")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.lines + result.stderr.lines
+    [line] = [l for l in output if "embeded-hicache" in l]
+    assert line.startswith("ERROR: no launch profile or file named 'embeded-hicache' (built-in: ")
+    assert "embedded-hicache" in line
+    assert not any("During handling" in l or "Traceback" in l for l in output)
+    assert not any("error" in l and "test_replay" in l for l in output)  # no test ran
 
 
 def test_fail_shows_the_same_first_divergence_lines_as_the_cli(pytester, golden):

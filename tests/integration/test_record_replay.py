@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from replay.golden.store import read_golden
+from replay.server.launch import free_port
 from tests.support.goldens import SMALL_TREE, record_scenario, replay_on_stub
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -150,6 +151,25 @@ def test_model_mismatch_is_refused(golden, tmp_path):
 def test_unreachable_server_is_an_error(golden, tmp_path):
     res = runner.invoke(app, ["replay", str(golden), "--server", "http://127.0.0.1:9", "--quiet"])
     assert res.exit_code == 2 and "cannot connect" in res.output
+
+
+def test_a_refused_connection_names_the_url_and_a_hint(golden, tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    res = runner.invoke(app, ["replay", str(golden), "--server", url, "--quiet"])
+    assert res.exit_code == 2
+    assert res.output == (f"error: cannot connect to {url}: connection refused (is a server "
+                          "running there? --launch PROFILE starts one: see golden profiles)\n")
+
+
+@pytest.mark.parametrize("command", ["replay", "matrix"])
+def test_an_expect_cache_typo_is_refused_before_any_server_is_launched(golden, tmp_path, command):
+    logs = tmp_path / "logs"
+    res = runner.invoke(app, [command, str(golden), "--launch", "embedded-hicache", "--log-dir",
+                              str(logs), "--expect-cache", "atention", "--quiet"])
+    assert res.exit_code == 2
+    assert res.output == ("error: invalid --expect-cache 'atention': use auto, none, any, "
+                          "attention or mamba:INTERVAL\n")
+    assert not logs.exists()  # no server was started: it would have written its log there
 
 
 def test_repeat_reports_how_many_repeats_failed(golden, tmp_path):

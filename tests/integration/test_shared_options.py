@@ -56,3 +56,11 @@ def test_show_tree_prints_whole_in_a_pipe():
 def test_profiles_table_prints_whole_in_a_pipe():
     text = _piped("profiles")
     assert "embedded-hicache-write-back" in text and "…" not in text
+
+
+@pytest.mark.parametrize("argv", [["replay", "g.zarr"], ["record", "--out", "x.zarr"]])
+def test_a_server_without_a_scheme_gets_one_line_saying_which_url_it_meant(argv):
+    res = runner.invoke(app, [*argv, "--server", "localhost:30000", "-q"])
+    assert res.exit_code == 2
+    assert res.output == ("error: --server 'localhost:30000' has no scheme; did you mean "
+                          "http://localhost:30000?\n")

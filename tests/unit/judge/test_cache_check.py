@@ -2,7 +2,8 @@
 
 import pytest
 
-from replay.judge.cache_check import CacheExpectation, parse_expectation
+from replay.judge.cache_check import CacheExpectation, check_expectation, parse_expectation
+from replay.run.replayer import ReplayOptions
 from replay.utils.errors import UsageError
 
 ATTN = CacheExpectation("attention", page_size=16)
@@ -104,3 +105,21 @@ def test_tier_counts_kept_apart_from_the_answers_add_their_difference():
     tally.add_sources({"device": 100, "storage": 0}, {"device": 484, "storage": 256, "host": 0})
     tally.add_sources(None, {"device": 999})  # a server without such counts adds nothing
     assert dict(tally.tiers) == {"device": 384, "storage": 256}
+
+
+@pytest.mark.parametrize("text", ["auto", "none", "any", "attention", "mamba", "mamba:", "mamba:64"])
+def test_every_expectation_form_passes_the_check_made_before_any_server_runs(text):
+    check_expectation(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("atention", "use auto, none, any, attention or mamba:INTERVAL"),
+    ("mamba:0", "INTERVAL > 0"), ("mamba:x", "INTERVAL > 0"), ("", "use auto")])
+def test_a_malformed_expectation_is_refused_with_no_server_facts(text, message):
+    with pytest.raises(UsageError, match=message):
+        check_expectation(text)
+
+
+def test_replay_options_refuse_an_expect_cache_typo_on_construction():
+    with pytest.raises(UsageError, match="invalid --expect-cache 'nonee'"):
+        ReplayOptions(expect_cache="nonee")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.server.target import ServerTarget
+from replay.server.target import ServerTarget, control_target
 from replay.utils.errors import UsageError
 
 
@@ -61,3 +61,31 @@ def test_a_launch_logs_beside_its_profile_name(tmp_path):
 def test_a_running_server_has_no_profile_to_check():
     with pytest.raises(UsageError, match="not a launch profile"):
         ServerTarget(url="http://127.0.0.1:1").launch_profile()
+
+
+def test_a_server_url_without_a_scheme_is_refused_with_the_url_it_probably_meant():
+    with pytest.raises(UsageError) as refused:
+        ServerTarget(url="localhost:30000")
+    assert str(refused.value) == ("--server 'localhost:30000' has no scheme; did you mean "
+                                  "http://localhost:30000?")
+
+
+def test_a_control_server_url_without_a_scheme_is_refused_under_its_own_flag():
+    with pytest.raises(UsageError, match="^--control-server 'h:1' has no scheme; did you mean "
+                                         "http://h:1[?]$"):
+        control_target(ServerTarget(profile="embedded-hicache"), control_server="h:1")
+
+
+def test_a_scheme_less_url_is_refused_without_showing_its_password():
+    with pytest.raises(UsageError) as refused:
+        ServerTarget(url="user:secret@host:1")
+    assert "secret" not in str(refused.value) and "http://" in str(refused.value)
+
+
+def test_a_check_before_launching_refuses_a_misspelt_profile_and_takes_a_topology():
+    with pytest.raises(UsageError, match="no launch profile or file named 'embeded-hicache'"):
+        ServerTarget(profile="embeded-hicache").check()
+    from replay.server.topology import builtin_topology_names
+
+    ServerTarget(profile=builtin_topology_names()[0]).check()
+    ServerTarget(url="http://x:1").check()
