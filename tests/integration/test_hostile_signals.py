@@ -243,46 +243,31 @@ def test_an_ignored_sigint_stays_ignored_while_golden_starts():
     assert out.stdout.strip() == "True", out.stderr
 
 
-def test_golden_started_with_ctrl_c_ignored_leaves_it_ignored():
-    """`nohup golden ... &`, a script's `golden ... &`: the ignore is the caller's choice, so the
-    guard takes nothing and the command gets no KeyboardInterrupt back (tests/support/signals.py)."""
+def sigint_after_golden_main(started_with) -> str:
+    """What SIGINT's handler is once golden's app callback ran, in a child started with
+    `started_with` as its preexec_fn: `ignored`, `default_int_handler` or `other`."""
     code = ("import signal\n"
             "from cli import startup_interrupt; startup_interrupt.arm()\n"
             "from types import SimpleNamespace\n"
             "from cli.main import main\n"
             "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
-            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+            "h = signal.getsignal(signal.SIGINT)\n"
+            "print('ignored' if h is signal.SIG_IGN else 'default_int_handler'"
+            " if h is signal.default_int_handler else 'other')")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    assert out.stdout.strip() == "True", out.stderr
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=started_with)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_golden_started_with_ctrl_c_ignored_leaves_it_ignored():
+    """`nohup golden ... &`, a script's `golden ... &`: the ignore is the caller's choice, so the
+    guard takes nothing and the command gets no KeyboardInterrupt back (tests/support/signals.py)."""
+    assert sigint_after_golden_main(
+        lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) == "ignored"
 
 
 def test_the_command_gets_ctrl_c_back_as_a_keyboard_interrupt():
     """The app's callback disarms the guard: a command's own handling (servers stopped, an error
     report) needs the KeyboardInterrupt."""
-    code = ("import signal\n"
-            "from cli import startup_interrupt; startup_interrupt.arm()\n"
-            "from types import SimpleNamespace\n"
-            "from cli.main import main\n"
-            "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
-            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         preexec_fn=sigint_as_from_a_terminal)
-    assert out.stdout.strip() == "True", out.stderr
-
-
-def test_golden_started_with_ctrl_c_ignored_leaves_it_ignored():
-    """`nohup golden ... &`, a script's `golden ... &`: the ignore is the caller's choice, so the
-    guard takes nothing and the command gets no KeyboardInterrupt back (tests/support/signals.py)."""
-    code = ("import signal\n"
-            "from cli import startup_interrupt; startup_interrupt.arm()\n"
-            "from types import SimpleNamespace\n"
-            "from cli.main import main\n"
-            "main(SimpleNamespace(obj=None), debug=False, history=None, version=False)\n"
-            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    assert out.stdout.strip() == "True", out.stderr
+    assert sigint_after_golden_main(sigint_as_from_a_terminal) == "default_int_handler"
