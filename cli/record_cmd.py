@@ -64,4 +64,4 @@ def record(
                      f"{target.label} into {out}", markup=False)
     if check_determinism > 1:  # a check that passed says so (one that failed refused above)
         render.out.print(f"check-determinism: {check_determinism} recordings agreed bit for bit "
-                         f"on {len(golden.requests)} requests", markup=False)
+                         f"on {recorded.requests} requests", markup=False)

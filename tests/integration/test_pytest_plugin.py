@@ -91,7 +91,8 @@ def test_fail_shows_the_same_first_divergence_lines_as_the_cli(pytester, golden)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*FAIL: 8 requests x 1 repeat(s)*8 failed (8 diverged*",
-        "*g0/b0/t0#0 logprob_drift at 2: token * logprob * off by 1 ulp; cached *",
+        "*g0/b0/t0#0 logprob_drift: first difference at output position 2 (logprob)*",
+        "*golden token * logprob *, replay token * logprob *, 1 ulp; cached *",
     ])
 
 
