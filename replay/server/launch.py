@@ -258,6 +258,11 @@ def log_tail_text(log_path: Path) -> str:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+def strip_ansi(text: str) -> str:
+    """`text` without terminal colour codes (a server's or router's log, as written to a TTY)."""
+    return _ANSI.sub("", text)
+
+
 def log_tail(log_path: Path, lines: int = TAIL_LINES) -> list[str]:
     """The last non-empty lines the server wrote (our own header excluded), compacted."""
     try:
@@ -271,7 +276,7 @@ def log_tail(log_path: Path, lines: int = TAIL_LINES) -> list[str]:
     for line in raw.replace("\r", "\n").splitlines():
         if line.startswith(HEADER_PREFIXES):  # our own header, matched before any squeezing
             continue
-        line = " ".join(_ANSI.sub("", line).split())
+        line = " ".join(strip_ansi(line).split())
         if line:
             line = redact_text(line)
             kept.append(line if len(line) <= 240 else line[:240] + "...")

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from replay.server.apis import get_api
-from replay.server.launch import http_status, log_tail_text
+from replay.server.launch import http_status, log_tail_text, strip_ansi
 from replay.utils.errors import ServerError, UsageError
 
 PD_KIND = "pd"
@@ -151,7 +151,6 @@ def warm_up_pair(topology: PDTopologyProfile, router_url: str,
                       f"{what} (the KV transfer between prefill and decode failed?); {tails}")
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _ID = re.compile(r'request_id="([^"]+)"')
 _SENT = re.compile(r"Sending concurrent requests prefill_url=(\S+) decode_url=(\S+)")
 _ANSWERED = re.compile(r'request_id="[^"]+" status_code=')
@@ -168,7 +167,7 @@ def read_pd_attribution(router_log: Path, worker_index: dict[str, int]
     except OSError:
         return served
     for line in text.splitlines():
-        line = _ANSI.sub("", line)
+        line = strip_ansi(line)
         found = _ID.search(line)
         if not found:
             continue

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from replay.server.launch import strip_ansi
 from replay.utils.errors import UsageError
 
 WORKER_PLACEHOLDERS = ("worker", "shared_storage")
@@ -84,7 +85,6 @@ def _placeholders(where: str, templates: Sequence[str]) -> set[str]:
     return found
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SENT = re.compile(r'request_id="([^"]+)".*Sending request url=(\S+)')
 
 
@@ -96,7 +96,7 @@ def read_attribution(router_log: Path, worker_index: dict[str, int]) -> dict[str
     except OSError:
         return sent
     for line in text.splitlines():
-        match = _SENT.search(_ANSI.sub("", line))
+        match = _SENT.search(strip_ansi(line))
         if not match:
             continue
         url = match.group(2).rstrip("/")
