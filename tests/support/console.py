@@ -26,3 +26,9 @@ def verdict_text(stdout: str) -> str:
     lines = stdout.splitlines()
     start = max(i for i, line in enumerate(lines) if line.startswith(("PASS", "FAIL")))
     return " ".join(line.strip() for line in lines[start:])
+
+
+def flattened(text: str) -> str:
+    """Console output with its whitespace runs as single spaces: a phrase reads the same whether
+    or not a verdict or note was folded across lines at 120 columns."""
+    return " ".join(text.split())

@@ -48,6 +48,7 @@ from replay.server.transport import ClientOptions
 from replay.sglang_cpu.locate import default_venv, install_hint
 from replay.utils.errors import UsageError
 from tests.support import paths
+from tests.support.console import flattened
 
 STAMP = default_venv() / ".golden-sglang-cpu-installed"
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
@@ -214,7 +215,7 @@ def test_a_page_sent_from_the_wrong_offset_is_caught_and_the_pair_named(corrupt)
     assert len(requests(doc)) == 8
     assert doc["routing"]["failing_pairs"] == [
         {"prefill_worker": 0, "decode_worker": 1, "failed": 8}]
-    assert "8 failure(s) on pair prefill worker 0" in " ".join(out.split())  # the verdict is folded at 120 columns
+    assert "8 failure(s) on pair prefill worker 0" in flattened(out)
 
 
 def test_the_tokens_diverge_at_the_first_one_the_decode_worker_computed(corrupt):

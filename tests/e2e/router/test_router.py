@@ -18,6 +18,7 @@ import pytest
 from replay.server.topology import router_python
 from replay.utils.errors import UsageError
 from tests.support import paths
+from tests.support.console import flattened
 
 GOLDEN = paths.GOLDENS / "hicache-branching.zarr"
 
@@ -52,7 +53,7 @@ def test_round_robin_without_a_shared_tier_shows_the_misses_the_routing_causes(t
     explained = [r for r in report["requests"] if r["routing_note"]]
     assert len(explained) == routing["routing_misses"]
     assert all(r["passed"] and r["status"] == "identical" for r in explained)
-    assert "miss(es) the routing caused" in " ".join(out.split())  # the verdict is folded at 120 columns
+    assert "miss(es) the routing caused" in flattened(out)
 
 
 def test_round_robin_over_a_shared_storage_tier_meets_every_hit_from_the_other_worker(tmp_path):
@@ -75,4 +76,4 @@ def test_a_faulty_worker_behind_a_healthy_router_is_caught_and_named(tmp_path):
     assert routing["per_worker"][1]["fault"] == "late-ssm-checkpoint"
     assert routing["per_worker"][0]["fault"] is None
     assert all(r["worker"] == 1 for r in report["requests"] if not r["passed"])
-    assert "failure(s) on worker 1" in " ".join(out.split())  # the verdict is folded at 120 columns
+    assert "failure(s) on worker 1" in flattened(out)

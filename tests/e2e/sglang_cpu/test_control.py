@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from replay.sglang_cpu.locate import install_hint
 from tests.support.sglang_cpu import ORDER, STAMP
+from tests.support.console import flattened
 
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
 runner = CliRunner()
@@ -52,8 +53,8 @@ def test_multi_turn_failures_on_hicache_are_also_on_the_control_with_the_same_bi
 
 def test_the_console_says_it_is_not_the_tier(controlled):
     _, output, _ = controlled
-    assert "also on the control (not the tier)" in " ".join(output.split())
-    assert "0 failure(s) the tier's alone" in " ".join(output.split())
+    assert "also on the control (not the tier)" in flattened(output)
+    assert "0 failure(s) the tier's alone" in flattened(output)
 
 
 def test_the_real_server_reports_the_vocabularys_last_id_as_zero(cpu_reference_edge):

@@ -35,6 +35,7 @@ from replay.server.profile import load_profile
 from replay.sglang_cpu.locate import install_hint
 from tests.e2e.sglang_cpu import sglang_own_checks as own
 from tests.support.sglang_cpu import ORDER, STAMP, Replayed, replay, requests
+from tests.support.console import flattened
 
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
 
@@ -164,7 +165,7 @@ def test_the_shm_backend_never_serves_from_l3_so_the_replay_fails(backends):
     assert r.code == 1 and r.doc["verdict"] == "fail"
     assert {q["status"] for q in requests(r.doc)} == {"identical"}
     assert all(storage(q) == 0 for q in requests(r.doc))
-    assert "no cache hits came from the storage tier" in " ".join(r.output.split())
+    assert "no cache hits came from the storage tier" in flattened(r.output)
 
 
 def test_a_backend_that_serves_no_bytes_fails_exactly_where_it_served_a_hit(backends):
