@@ -19,6 +19,10 @@ export PYTHON="$PY"
 LOGS="${GOLDEN_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/golden-test-setup.XXXXXX")}"
 mkdir -p "$LOGS"
 START=$(date +%s)
+# The machine, first: real engines' bits follow the CPU's vector extensions (sgl-kernel's build
+# flags and torch's kernels pick them), so a log read elsewhere says which ones these were.
+grep -q avx512f /proc/cpuinfo 2>/dev/null && AVX512=yes || AVX512=no
+echo "test.sh: machine: $(nproc 2>/dev/null) cores,$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2), AVX-512 $AVX512, $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo 2>/dev/null)" >&2
 LLAMA_CACHE="${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}"
 
 # 1. Python packages: the CPU build of torch that this workplace keeps on disk, then the project,
@@ -49,15 +53,18 @@ finish_step() {  # finish_step NAME: wait for it; one line saying how it ended
     report_step "$name" "$code"
 }
 
-finish_all() {  # each step's line as soon as it ends (bash >= 5.1), else in the order started
-    local pid code name
-    while [ "${#STEP_PID[@]}" -gt 0 ]; do
+finish_all() {  # finish_all [BUT]: each step's line as it ends (bash >= 5.1; else in start order), all but BUT
+    local but="${1:-}" pid code name pids
+    while :; do
+        pids=()
+        for name in "${!STEP_PID[@]}"; do [ "$name" = "$but" ] || pids+=("${STEP_PID[$name]}"); done
+        [ "${#pids[@]}" -gt 0 ] || return 0
         if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501 )); then
-            for name in "${!STEP_PID[@]}"; do finish_step "$name"; done
+            for name in "${!STEP_PID[@]}"; do [ "$name" = "$but" ] || finish_step "$name"; done
             return
         fi
         code=0
-        wait -n -p pid "${STEP_PID[@]}" || code=$?
+        wait -n -p pid "${pids[@]}" || code=$?
         for name in "${!STEP_PID[@]}"; do
             [ "${STEP_PID[$name]}" = "$pid" ] && report_step "$name" "$code"
         done
@@ -135,18 +142,40 @@ llama_step() {
 start_step llama llama_step
 
 
-finish_all
-echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
-
 # 3. The tests, on SGLang's venv Python when it installed (it sees everything installed above).
-PYTEST_PYTHON="$PY"
-if [[ " ${FAILED[*]} " != *" sglang "* ]]; then
-    PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
-fi
+#    The whole suite (no arguments, as CI runs it) starts while llama-server still builds: the
+#    build is niced and the tests leave a core idle most of the time (server start-ups, waits), so
+#    its 26 CPU-minutes mostly fill that; llama.cpp's tests then run last, in a second pytest.
+#    That pytest runs on one worker per core, at most 4 (pytest-xdist; each e2e kind stays on one
+#    worker, tests/conftest.py): half the e2e time is a server starting or a client waiting.
+#    With arguments, every step finishes first and pytest gets exactly those arguments.
+WORKERS=$(nproc 2>/dev/null || echo 1)
+(( WORKERS <= 4 )) || WORKERS=4
 code=0
-"$PYTEST_PYTHON" -m pytest -q "$@" || code=$?
+pick_pytest_python() {
+    PYTEST_PYTHON="$PY"
+    if [[ " ${FAILED[*]} " != *" sglang "* ]]; then
+        PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
+    fi
+}
+run_tests() { "$PYTEST_PYTHON" -m pytest -q "$@" || code=$?; }
+if [ "$#" -gt 0 ]; then
+    finish_all
+    echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
+    pick_pytest_python
+    run_tests "$@"
+else
+    finish_all llama
+    echo "test.sh: set-up took $(( $(date +%s) - START )) s (llama-server may still be building: its tests run last)" >&2
+    pick_pytest_python
+    run_tests -n "$WORKERS" --dist loadgroup --ignore=tests/e2e/llamacpp
+    finish_step llama
+    echo "test.sh: llama.cpp's tests (tests/e2e/llamacpp), $(( $(date +%s) - START )) s in" >&2
+    run_tests tests/e2e/llamacpp
+fi
 if [ "$code" = 0 ] && [ "${#FAILED[@]}" -gt 0 ]; then
     echo "test.sh: the tests passed, but set-up step(s) ${FAILED[*]} failed and their tests were skipped (logs in $LOGS)" >&2
     code=1
 fi
+echo "test.sh: $(( $(date +%s) - START )) s in all" >&2
 exit "$code"

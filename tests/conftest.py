@@ -22,10 +22,26 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "e2e: a real engine (llama.cpp, SGLang, vLLM): tests/e2e/; `-m 'not e2e'` runs "
         "the fast kinds (unit, integration) alone")
+    config.addinivalue_line(
+        "markers", "xdist_group(name): tests that run on one worker under `pytest -n N --dist "
+        "loadgroup` (pytest-xdist registers it too)")
+
+
+# The e2e kinds whose tests share session fixtures: pd/ replays the goldens sglang_cpu/ records
+# (tests/e2e/conftest.py), so both go to one worker when the suite runs on several
+# (`-n N --dist loadgroup`, as scripts/test.sh runs it) and those goldens are recorded once.
+E2E_GROUP = {"pd": "sglang_cpu"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Everything under tests/e2e/ is marked `e2e`, so no e2e test can forget its marker."""
+    """Everything under tests/e2e/ is marked `e2e`, so no e2e test can forget its marker. Each e2e
+    kind is one `xdist_group` (its servers and session fixtures stay on one worker), and so is
+    each integration module (its module fixtures are made once)."""
     for item in items:
-        if "e2e" in item.path.relative_to(config.rootpath).parts[:2]:
+        parts = item.path.relative_to(config.rootpath).parts
+        if "e2e" in parts[:2]:
             item.add_marker(pytest.mark.e2e)
+            kind = parts[2] if len(parts) > 3 else "e2e"
+            item.add_marker(pytest.mark.xdist_group(E2E_GROUP.get(kind, kind)))
+        elif "integration" in parts[:2]:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
