@@ -41,7 +41,8 @@ start_step() {  # start_step NAME COMMAND...: runs COMMAND with its output in $L
     shift
     STEP_START[$name]=$(date +%s)
     echo "test.sh: $name: started (log $LOGS/$name.log)" >&2
-    "$@" >"$LOGS/$name.log" 2>&1 &
+    rm -f "$LOGS/$name.ended"
+    { local rc=0; "$@" || rc=$?; date +%s >"$LOGS/$name.ended"; exit "$rc"; } >"$LOGS/$name.log" 2>&1 &
     STEP_PID[$name]=$!
     if [ "$PARALLEL" = 0 ]; then finish_step "$name"; fi
 }
@@ -74,7 +75,9 @@ finish_all() {  # finish_all [BUT]: each step's line as it ends (bash >= 5.1; el
 report_step() {  # report_step NAME EXIT_CODE
     local name="$1" code="$2"
     unset "STEP_PID[$name]"
-    local took=$(( $(date +%s) - STEP_START[$name] ))
+    local ended
+    ended=$(cat "$LOGS/$name.ended" 2>/dev/null || date +%s)  # when it ended, not when waited for
+    local took=$(( ended - STEP_START[$name] ))
     if [ "$code" = 0 ]; then
         echo "test.sh: $name: ok (${took} s)" >&2
     else

@@ -18,7 +18,22 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+class FailuresAsTheyHappen:
+    """One `FAILED <test> (<phase>)` line the moment a test fails, not only in the summary at the
+    end: a CI log cut off by a time limit, or read from its first lines, still names them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if report.failed and terminal is not None:
+            terminal.write("\n")  # the progress characters' line stays open in -q mode
+            terminal.write_line(f"FAILED {report.nodeid} ({report.when})")
+
+
 def pytest_configure(config):
+    config.pluginmanager.register(FailuresAsTheyHappen(config), "golden-failures-as-they-happen")
     config.addinivalue_line(
         "markers", "e2e: a real engine (llama.cpp, SGLang, vLLM): tests/e2e/; `-m 'not e2e'` runs "
         "the fast kinds (unit, integration) alone")
