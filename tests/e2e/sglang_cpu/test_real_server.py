@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from replay.server.launch import launched
 from replay.server.profile import load_profile
@@ -30,6 +31,9 @@ from replay.sglang_cpu.patches import LOG_PREFIX
 from tests.support.sglang_cpu import STAMP, Replayed, replay, requests
 
 pytestmark = pytest.mark.skipif(not STAMP.is_file(), reason=install_hint())
+# The vector extensions torch's CPU kernels use here, and so in the server this test starts (the
+# same torch, the same environment: ATEN_CPU_CAPABILITY lowers it).
+AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 @pytest.fixture(scope="module")
@@ -100,16 +104,25 @@ def test_every_cpu_patch_logs_itself_in_the_server_log(hicache):
 # --- multi-turn reuse: decode-written KV -----------------------------------------------------
 
 def test_multi_turn_hits_fail_exactly_where_they_include_decode_written_kv(hicache):
+    """Which follow-ups diverge, and where, follows the CPU's vector extensions (torch's
+    kernels): on AVX-512 all four at output positions 0-3; with torch held to AVX2
+    (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2) three, at 0, 3 and 19, one identical."""
     r = hicache["branching"]
     assert r.code == 1 and r.doc["verdict"] == "fail"
     reqs = requests(r.doc)
     assert {q["status"] for q in reqs if turn(q) == 0} == {"identical"}
     follow_ups = [q for q in reqs if turn(q) == 1]
     assert [q["cached_tokens"] for q in follow_ups] == [640] * 4  # 576 prompt + 64 decoded
-    assert all(q["status"] != "identical" for q in follow_ups)
-    # seen: first differences at output positions 0-3, in the logprob, tokens still equal there
-    assert all(q["first_divergence"]["position"] <= 3 for q in follow_ups)
+    assert any(q["status"] != "identical" for q in follow_ups)
     assert r.doc["summary"]["cache_hit_lengths"] == {"0": 2, "512": 2, "640": 4}
+
+
+@pytest.mark.skipif(not AVX512, reason="seen with torch's AVX-512 kernels; on AVX2 only some "
+                                       "follow-ups diverge (the test above)")
+def test_on_avx512_every_decode_written_hit_diverges_within_four_positions(hicache):
+    follow_ups = [q for q in requests(hicache["branching"].doc) if turn(q) == 1]
+    assert all(q["status"] != "identical" for q in follow_ups)
+    assert all(q["first_divergence"]["position"] <= 3 for q in follow_ups)
     assert r.doc["summary"]["requests_failed"] == 4 and r.doc["summary"]["cache_misses"] == 0
 
 
