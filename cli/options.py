@@ -134,9 +134,9 @@ def signals_interrupt() -> Iterator[None]:
 
 
 def fail(line: str, code: int = 2) -> None:
-    from cli import render
+    from cli.consoles import err  # not cli.render: it needs the library (cli/consoles.py)
 
-    render.err.print(line, markup=False)
+    err.print(line, markup=False)
     raise typer.Exit(code)
 
 

@@ -16,6 +16,7 @@ from rich.progress import (
 from rich.table import Table
 
 from cli.closed_pipe import PipeConsole
+from cli.consoles import err, out
 from cli.progress import ProgressLines
 from replay.report.control import control_note
 from replay.report.views import (
@@ -26,8 +27,6 @@ from replay.report.views import (
     verdict_lines,
 )
 
-out = PipeConsole(highlight=False, soft_wrap=True)
-err = PipeConsole(stderr=True, highlight=False, soft_wrap=True)
 PIPE_WIDTH = 400  # columns a table may use when stdout is a pipe or a CI log (nothing cuts it)
 
 

@@ -157,6 +157,38 @@ def test_ctrl_c_while_golden_itself_starts_is_one_line_and_exit_2(golden, delay)
     assert "".join(err).strip() == "error: interrupted (Ctrl-C)"
 
 
+# A child whose Ctrl-C lands just as numpy's extension has loaded (stop 39's CI caught one there
+# at 0.2 s): numpy stays half-imported and any second import of it fails.
+CTRL_C_AS_NUMPY_LOADS = """import sys, importlib.abc, importlib.machinery
+class Loader(importlib.abc.Loader):
+    def __init__(self, real): self.real = real
+    def create_module(self, spec): return self.real.create_module(spec)
+    def exec_module(self, module):
+        self.real.exec_module(module)
+        raise KeyboardInterrupt
+class Interrupt(importlib.abc.MetaPathFinder):
+    fired = False
+    def find_spec(self, name, path, target=None):
+        if name != "numpy._core._multiarray_umath" or self.fired:
+            return None
+        self.fired = True
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec.loader = Loader(spec.loader)
+        return spec
+sys.meta_path.insert(0, Interrupt())
+from cli.entry import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_numpy_loads_is_still_the_one_line_and_exit_2(golden):
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_AS_NUMPY_LOADS, "replay", str(golden),
+                           "--server", "http://127.0.0.1:9", "-q"], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr.strip()) == (2, "error: interrupted (Ctrl-C)")
+
+
 # --- issue 22: a server whose helper leaves its process group (setsid, double fork) -------------
 
 

@@ -22,6 +22,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
+import time
 from urllib import error, request
 
 VOCAB = 4096
@@ -83,6 +84,18 @@ class AttachDetach:
                 and s["detach_again"] == 200 and s["attach_after_detach"] == 200)
 
 
+def detach_when_idle(url: str, admin_key: str, deadline_s: float = 120) -> tuple[int, int]:
+    """DELETE the storage backend, again while SGLang refuses it as not idle (in-flight L3
+    backups count: `Scheduler.is_fully_idle`): (the last status, how many were refused)."""
+    refused, end = 0, time.monotonic() + deadline_s
+    while True:
+        code, body = http("DELETE", f"{url}/hicache/storage-backend", key=admin_key)
+        if code != 400 or "not idle" not in body or time.monotonic() > end:
+            return code, refused
+        refused += 1
+        time.sleep(0.5)
+
+
 def attach_detach(url: str, admin_key: str) -> AttachDetach:
     def attach(backend: str, prefetch: str = "timeout", write: str = "write_through",
                key: str | None = admin_key) -> int:
@@ -104,8 +117,11 @@ def attach_detach(url: str, admin_key: str) -> AttachDetach:
     extra = {"prefetch_threshold": 256, "prefetch_timeout_base": 3,
              "prefetch_timeout_per_ki_token": 0.01}
     r = AttachDetach()
-    # the file server started with L3 attached: SGLang's test starts from a server without it
-    r.steps["detach_first"] = http("DELETE", f"{url}/hicache/storage-backend", key=admin_key)[0]
+    # the file server started with L3 attached: SGLang's test starts from a server without it,
+    # so idle; here the backups of the check before may still drain (SGLang refuses with 400
+    # "scheduler is not idle" until they have), so this one step waits for idle
+    r.steps["detach_first"], r.steps["detach_first_refused_not_idle"] = detach_when_idle(
+        url, admin_key)
     r.steps["status_unauthorized"] = http("GET", f"{url}/hicache/storage-backend")[0]
     r.steps["status_before"] = status()
     r.steps["attach_unauthorized"] = attach("file", key=None)

@@ -113,17 +113,13 @@ def test_multi_turn_hits_fail_exactly_where_they_include_decode_written_kv(hicac
     assert {q["status"] for q in reqs if turn(q) == 0} == {"identical"}
     follow_ups = [q for q in reqs if turn(q) == 1]
     assert [q["cached_tokens"] for q in follow_ups] == [640] * 4  # 576 prompt + 64 decoded
-    assert any(q["status"] != "identical" for q in follow_ups)
+    failed = [q for q in follow_ups if q["status"] != "identical"]
+    assert failed
     assert r.doc["summary"]["cache_hit_lengths"] == {"0": 2, "512": 2, "640": 4}
-
-
-@pytest.mark.skipif(not AVX512, reason="seen with torch's AVX-512 kernels; on AVX2 only some "
-                                       "follow-ups diverge (the test above)")
-def test_on_avx512_every_decode_written_hit_diverges_within_four_positions(hicache):
-    follow_ups = [q for q in requests(hicache["branching"].doc) if turn(q) == 1]
-    assert all(q["status"] != "identical" for q in follow_ups)
-    assert all(q["first_divergence"]["position"] <= 3 for q in follow_ups)
-    assert r.doc["summary"]["requests_failed"] == 4 and r.doc["summary"]["cache_misses"] == 0
+    assert r.doc["summary"]["requests_failed"] == len(failed) and r.doc["summary"]["cache_misses"] == 0
+    if AVX512:  # all four, within four positions
+        assert len(failed) == 4
+        assert all(q["first_divergence"]["position"] <= 3 for q in failed)
 
 
 def test_the_radix_only_server_shows_the_same_values_so_it_is_not_hicache(hicache, radix):
