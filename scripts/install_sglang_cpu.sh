@@ -117,6 +117,12 @@ from mooncake.engine import TransferEngine  # noqa: F401  (mooncake_tcp; needs l
 assert torch.__version__ == sys.argv[1], f"torch changed to {torch.__version__}"
 for op in ("store_cache_cpu", "copy_all_layer_kv_cache_cpu"):
     getattr(torch.ops.sgl_kernel, op)
+sys.path.insert(0, "scripts/sglang_cpu")
+import build_kernel  # noqa: E402
+from replay.sglang_cpu.hybrid import GDN_OPS  # noqa: E402
+if build_kernel.has_avx512(build_kernel.machine_cpuinfo()):  # the hybrid's ops (Qwen3-Next)
+    for op in GDN_OPS:
+        getattr(torch.ops.sgl_kernel, op)
 from mooncake.store import MooncakeDistributedStore  # noqa: F401,E402  (needs libibverbs1)
 from nixl._api import nixl_agent  # noqa: F401,E402
 import boto3  # noqa: F401,E402

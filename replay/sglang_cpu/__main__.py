@@ -37,6 +37,15 @@ def server_argv(argv: list[str]) -> list[str]:
     return argv if "--device" in argv else [*argv, "--device", "cpu"]
 
 
+def model_path(argv: list[str]) -> str:
+    for i, arg in enumerate(argv):
+        if arg == "--model-path" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--model-path="):
+            return arg.split("=", 1)[1]
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not has_server_packages():
@@ -48,10 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 
+    import sgl_kernel  # noqa: F401  (registers the CPU ops that were built)
+
+    from replay.sglang_cpu.hybrid import refusal, registered_ops
     from replay.sglang_cpu.l3_services import split_service, with_service
     from replay.sglang_cpu.patches import log
     from replay.sglang_cpu.scheduler import run_scheduler_process
 
+    stop = refusal(model_path(argv), registered_ops())
+    if stop is not None:
+        print(f"error: {stop}", file=sys.stderr)
+        return 2
     service, argv = split_service(argv)
     if service is not None:
         _, argv = with_service(service, argv)  # its child: SGLang's shutdown ends it with us

@@ -22,7 +22,8 @@ machine without CUDA:
    `pin_memory=False`; elsewhere the flag only matters on CUDA/HIP (registration, pointer
    tables, destroy), and the allocation is patch 1's.
 
-Every patch prints one line to the server's log (`[golden-replay sglang_cpu] patch: ...`).
+A hybrid's own gaps (not HiCache's) are closed by hybrid.py. Every patch prints one line to the
+server's log (`[golden-replay sglang_cpu] patch: ...`).
 `apply()` is idempotent and refuses to run anywhere but a CPU server.
 """
 

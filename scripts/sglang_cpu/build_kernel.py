@@ -17,16 +17,23 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REGISTRATION = HERE / "kvcache_ops.cpp"
-# The kernels a 2-layer Llama reaches on a CPU without AMX (real-engines.md, SGLang section).
-KERNELS = ("csrc/cpu/kvcache.cpp",)
-# The upstream CMakeLists' x86-64 flags, less the AMX ones (this project's CPUs have none), on a
-# CPU with AVX-512; on one without (the AMD EPYC runners have AVX2 only) x86-64-v3: built with
-# -march=x86-64-v4 there, the compiler's AVX-512 code killed the loader with SIGILL (exit 132).
-# Without AMX, vec.h leaves CPU_CAPABILITY_AVX512 undefined either way: kvcache.cpp's copies are
-# its scalar loops, the same bytes moved whatever the flags.
-AVX512_FLAGS = ("-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni")
+# The kernels a 2-layer Llama reaches on a CPU without AMX (real-engines.md, SGLang section), and
+# their registration (which also holds the module's init).
+LLAMA = (HERE / "kvcache_ops.cpp", "csrc/cpu/kvcache.cpp")
+# What a Gated DeltaNet hybrid (Qwen3-Next) reaches besides (hybrid_ops.cpp says which op is
+# where). These have AVX-512 code only, so they are built only on a CPU with AVX-512 BF16.
+HYBRID = (HERE / "hybrid_ops.cpp", "csrc/cpu/mamba/fla.cpp", "csrc/cpu/mamba/conv.cpp",
+          "csrc/cpu/norm.cpp")
+# The upstream CMakeLists' x86-64 flags on a CPU with AVX-512; on one without (the AMD EPYC
+# runners have AVX2 only) x86-64-v3: built with -march=x86-64-v4 there, the compiler's AVX-512
+# code killed the loader with SIGILL (exit 132). The AMX flags are upstream's too: vec.h turns on
+# its AVX-512 paths (CPU_CAPABILITY_AVX512) only when __AMX_BF16__ is defined, though none of
+# these sources holds an AMX instruction (the compiler never emits one on its own) and they run
+# on AVX-512 BF16 CPUs without AMX (this project's). kvcache.cpp's copies then take their vector
+# loops: the same bytes moved.
+AVX512_FLAGS = ("-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni", "-mamx-tile", "-mamx-bf16")
 AVX2_FLAGS = ("-march=x86-64-v3",)
+AVX512_NEEDS = {"avx512f", "avx512_bf16", "avx512_vnni"}
 LDFLAGS = ("-fopenmp", "-lnuma")
 
 
@@ -40,23 +47,39 @@ def cpu_flags(cpuinfo: str) -> set[str]:
 
 def compile_flags(cpuinfo: str) -> tuple[str, ...]:
     """The compiler flags for the CPU this build runs on (the kernel runs where it is built)."""
-    have = cpu_flags(cpuinfo)
-    isa = AVX512_FLAGS if {"avx512f", "avx512_bf16", "avx512_vnni"} <= have else AVX2_FLAGS
+    isa = AVX512_FLAGS if has_avx512(cpuinfo) else AVX2_FLAGS
     return ("-O3", "-Wno-unknown-pragmas", *isa, "-fopenmp", "-std=c++17")
 
 
-def machine_cflags() -> tuple[str, ...]:
+def has_avx512(cpuinfo: str) -> bool:
+    return AVX512_NEEDS <= cpu_flags(cpuinfo)
+
+
+def sources_for(cpuinfo: str) -> tuple[Path | str, ...]:
+    """What is built: the Llama's kernels everywhere, the hybrid's where they can run."""
+    return (*LLAMA, *HYBRID) if has_avx512(cpuinfo) else LLAMA
+
+
+def machine_cpuinfo() -> str:
     try:
-        return compile_flags(Path("/proc/cpuinfo").read_text())
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        return compile_flags("")
+        return ""
+
+
+def machine_cflags() -> tuple[str, ...]:
+    return compile_flags(machine_cpuinfo())
+
+
+def machine_sources(source: Path) -> list[Path]:
+    return [source / k for k in sources_for(machine_cpuinfo())]  # an absolute path stays itself
 
 
 def build_key(source: Path) -> str:
     import torch
 
     digest = hashlib.sha256()
-    for path in (REGISTRATION, *(source / k for k in KERNELS)):
+    for path in machine_sources(source):
         digest.update(path.read_bytes())
     for header in sorted((source / "csrc" / "cpu").glob("*.h")):
         digest.update(header.read_bytes())
@@ -77,7 +100,7 @@ def build(source: Path, cache: Path) -> Path:
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     cpp_extension.load(
         name="common_ops",
-        sources=[str(REGISTRATION), *(str(source / k) for k in KERNELS)],
+        sources=[str(path) for path in machine_sources(source)],
         extra_cflags=list(machine_cflags()),
         extra_ldflags=list(LDFLAGS),
         extra_include_paths=[str(source / "csrc" / "cpu"), str(source / "include")],
@@ -96,7 +119,7 @@ def main() -> None:
     if len(sys.argv) != 3:
         sys.exit("usage: build_kernel.py SOURCE_DIR CACHE_DIR")
     source, cache = Path(sys.argv[1]), Path(sys.argv[2])
-    missing = [k for k in KERNELS if not (source / k).is_file()]
+    missing = [k for k in (*LLAMA, *HYBRID) if not (source / k).is_file()]
     if missing:
         sys.exit(f"build_kernel: {source} is not sgl-kernel's source root (missing {missing[0]})")
     print(build(source, cache))

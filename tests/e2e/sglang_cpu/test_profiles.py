@@ -87,3 +87,21 @@ def test_every_policy_and_layout_profile_resolves_as_named(name, policy, layout,
     args = resolved(name, model)
     assert (args["hicache_write_policy"], args["hicache_mem_layout"],
             args["hicache_io_backend"]) == (policy, layout, "direct")
+
+
+@pytest.fixture(scope="module")
+def hybrid_model(tmp_path_factory) -> str:
+    from replay.sglang_cpu.tiny_model import qwen3_next_config
+
+    path = tmp_path_factory.mktemp("hybrid")
+    (path / "config.json").write_text(json.dumps(qwen3_next_config(0)))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ("sglang-cpu-hybrid-radix", "sglang-cpu-hybrid-hicache"))
+def test_every_hybrid_replay_profile_resolves_the_hybrid_references_numerics(name, hybrid_model):
+    replay = resolved(name, hybrid_model)
+    assert (replay["disable_radix_cache"], replay["mamba_radix_cache_strategy"]) == \
+        (False, "no_buffer")
+    reference = resolved("sglang-cpu-hybrid-reference", hybrid_model)
+    assert compare_numerics(reference, replay).differing == ()

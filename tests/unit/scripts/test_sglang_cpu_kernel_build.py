@@ -30,5 +30,16 @@ def test_a_cpu_with_avx512_bf16_and_vnni_keeps_the_upstream_flags():
     assert {"-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni"} <= set(flags)
 
 
+def test_the_amx_flags_come_with_avx512_only_since_vec_h_keys_its_avx512_paths_on_them():
+    assert {"-mamx-tile", "-mamx-bf16"} <= set(build_kernel().compile_flags(AVX512_CPU))
+    assert not any("amx" in f for f in build_kernel().compile_flags(AVX2_CPU))
+
+
+def test_the_hybrids_gdn_kernels_are_built_on_avx512_and_left_out_on_avx2():
+    bk = build_kernel()
+    assert set(bk.HYBRID) <= set(bk.sources_for(AVX512_CPU))
+    assert bk.sources_for(AVX2_CPU) == bk.LLAMA
+
+
 def test_an_unreadable_cpuinfo_builds_for_avx2():
     assert "-march=x86-64-v3" in build_kernel().compile_flags("")

@@ -81,6 +81,21 @@ EXPECTED_CPU_ARGV |= {  # the halves of the pd-cpu topologies (docs/topologies.m
     "pd-cpu-decode": CPU_PIN + ["--max-total-tokens", "16384", "--disaggregation-mode", "decode",
                                 "--disaggregation-transfer-backend", "mooncake_tcp"],
 }
+# The hybrid (Qwen3-Next) on the CPU server: page 1 and overlap off everywhere (SGLang's
+# no_buffer Mamba cache, the only one a CPU has, requires both), a tight Mamba pool for HiCache.
+HYBRID_PIN = CPU_PIN[:CPU_PIN.index("--page-size")] + [
+    "--page-size", "1", "--chunked-prefill-size", "2048", "--disable-overlap-schedule"]
+NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer"]
+EXPECTED_CPU_ARGV |= {
+    "sglang-cpu-hybrid-reference": HYBRID_PIN + [
+        "--max-total-tokens", "16384", "--max-mamba-cache-size", "64", "--disable-radix-cache"],
+    "sglang-cpu-hybrid-radix": HYBRID_PIN + [
+        "--max-total-tokens", "4096", "--max-mamba-cache-size", "16", *NO_BUFFER],
+    "sglang-cpu-hybrid-hicache": HYBRID_PIN + [
+        "--max-total-tokens", "4096", "--max-mamba-cache-size", "4", *NO_BUFFER,
+        "--enable-hierarchical-cache", "--hicache-ratio", "4",
+        "--hicache-write-policy", "write_through", "--hicache-io-backend", "direct"],
+}
 EMBEDDED = ["reference", "radix", "hicache", "hicache-write-back", "hicache-layer-first",
             "hicache-storage"]
 
