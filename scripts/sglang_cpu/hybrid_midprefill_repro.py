@@ -8,8 +8,9 @@ decodes. Prints, per delay, "identical" or the first output position whose top-5
 
 Standard library only. Seen on SGLang 0.5.23's CPU server with the tiny Qwen3-Next, on a CPU
 without AMX, before replay/sglang_cpu/hybrid.py gave the Mamba pool the conv-state layout SGLang
-gives only AMX CPUs: every try at delays of 0.3-0.6 s (6 of 6) differed, at output positions
-23-52, A's top-5 there sharing no id with its top-5 alone; with that layout, 0 of 12 at 0.1-1.2 s.
+gives only AMX CPUs: every try at delays of 0.3-0.6 s differed (6 of 6, with and without the
+weight packing), at output positions 23-52, A's top-5 there sharing no id with its top-5 alone;
+with that layout, 0 of 12 at 0.1-1.2 s.
 """
 
 from __future__ import annotations
