@@ -27,7 +27,6 @@ runs and answers, wrongly: found on the way (docs/sglang-cpu.md, "The hybrid").
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 HYBRID_ARCHITECTURES = frozenset({"Qwen3NextForCausalLM"})
@@ -144,12 +143,10 @@ def patch_conv_state_layout() -> None:
 
 
 def apply(model_path: str) -> None:
-    """A hybrid's patches, in the scheduler process; nothing for any other model."""
+    """A hybrid's patches, in the scheduler process; nothing for any other model. (The launcher
+    has already refused a hybrid whose ops are missing.)"""
     if not is_hybrid(model_path):
         return
-    stop = refusal(model_path, registered_ops())
-    if stop is not None:
-        sys.exit(f"error: {stop}")
     patch_gated_norm()
     patch_conv_weight_packing()
     patch_conv_state_layout()
