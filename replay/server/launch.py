@@ -37,7 +37,8 @@ import numpy as np
 
 from replay.server.apis import get_api
 from replay.server.guard import watchdog
-from replay.server.listener import Unconfirmed, confirm_listener
+from replay.server.listener import (StrangerListening, Unconfirmed, confirm_listener,
+                                    listening_inodes)
 from replay.server.process_group import MARKER_ENV, exited_soon, new_marker, stop_process_group
 from replay.server.profile import LOOPBACK, LaunchProfile, Notify, Rendered, attention_choice, render
 from replay.server.transport import ClientOptions
@@ -47,6 +48,9 @@ from replay.utils.redact import REDACTED, argv_secrets, is_secret_key, redact_te
 TAIL_LINES = 6
 # The log's first lines are ours (the command, then the profile's variables): never in a tail.
 HEADER_PREFIXES = ("# golden-replay launch", "#   env ")
+# Ports tried before a launch that keeps losing its port to other processes is an error: a port
+# race is the machine's doing (parallel jobs, a server picking its own ports), not the user's.
+PORT_ATTEMPTS = 3
 DEATH_GRACE = 2.0  # seconds a server that just dropped a connection gets to finish dying
 TAIL_CHARS = 600
 # The tool's own secrets and settings: never inherited by a launched server (a profile may still
@@ -61,6 +65,10 @@ PRIVATE_ENV = (*ClientOptions.SECRET_ENV.values(), "GOLDEN_HISTORY", "GOLDEN_DEB
 # ---------------------------------------------------------------------------------------------
 
 
+class PortLost(ServerError):
+    """Another process took the chosen port before the launched server bound it."""
+
+
 @contextlib.contextmanager
 def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
              fault: str | None = None, extra_args: Sequence[str] = (),
@@ -70,10 +78,38 @@ def launched(profile: LaunchProfile, *, model: str | None, log_path: Path,
     """Start the profile's server, yield its base URL once it answers, always stop it.
     `extra_env` is set in the server's environment over the profile's own `env` (profile.render).
 
+    A server that lost its port to another process (PortLost) is stopped and started again on a
+    fresh port, up to PORT_ATTEMPTS ports; the stranger is never replayed against.
+
     A GoldenError raised by the caller while the server has meanwhile died is re-raised as a
     ServerError naming the exit code and the log's tail: a connection reset is the symptom, the
     log says the cause.
     """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        answered = False
+        try:
+            with _launched_once(profile, model=model, log_path=log_path, fault=fault,
+                                extra_args=extra_args, host=host,
+                                attention_backend=attention_backend, notify=notify,
+                                api_key=api_key, extra_env=extra_env) as url:
+                answered = True
+                yield url
+            return
+        except PortLost as exc:
+            if answered:  # lost during the caller's own work: never start it a second time
+                raise
+            if attempt == PORT_ATTEMPTS:
+                raise PortLost(f"{exc} ({PORT_ATTEMPTS} ports tried)") from None
+            if notify is not None:
+                notify(f"{exc}; starting it again on another port")
+
+
+@contextlib.contextmanager
+def _launched_once(profile: LaunchProfile, *, model: str | None, log_path: Path,
+                   fault: str | None, extra_args: Sequence[str], host: str,
+                   attention_backend: str | None, notify: Notify | None, api_key: str | None,
+                   extra_env: Mapping[str, str] | None) -> Iterator[str]:
+    """One launch on one freshly chosen port (launched's docstring)."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     port = free_port(host)
@@ -168,8 +204,21 @@ def wait_until_ready(proc: subprocess.Popen[bytes], url: str, profile: LaunchPro
     wait_until_healthy(proc, url, profile, deadline, log_path)
     if profile.warmup:
         warm_up(proc, url, profile, deadline, log_path, api_key)
-    if proc.poll() is not None:  # whatever answered, it was not our server (e.g. a port race)
-        raise ServerError(died_message(profile, proc, log_path, "while starting"))
+    if proc.poll() is not None:  # whatever answered, it was not our server: a port race
+        raise PortLost(died_message(profile, proc, log_path, "while another process answered "
+                                    "on its port"))
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def someone_listens(port: int) -> bool:
+    """Whether any process listens on `port` (False where /proc cannot tell)."""
+    try:
+        return bool(listening_inodes(port))
+    except Unconfirmed:
+        return False
 
 
 def confirm_ours(proc: subprocess.Popen[bytes], port: int, profile: LaunchProfile) -> None:
@@ -177,6 +226,9 @@ def confirm_ours(proc: subprocess.Popen[bytes], port: int, profile: LaunchProfil
     stranger that took it first (replay/server/listener.py); else a ServerError (exit 2)."""
     try:
         confirm_listener(proc.pid, port)
+    except StrangerListening as exc:
+        raise PortLost(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
+                       "a server that may not be the launched one") from None
     except Unconfirmed as exc:
         raise ServerError(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
                           "a server that may not be the launched one") from None
@@ -187,6 +239,9 @@ def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchP
     delay = 0.05
     while True:
         if proc.poll() is not None:
+            if someone_listens(port_of(url)):  # it could not bind: another process has the port
+                raise PortLost(died_message(profile, proc, log_path, "while another process "
+                                            "listened on its port"))
             raise ServerError(died_message(profile, proc, log_path, "before it became healthy"))
         if http_status("GET", url + profile.health, timeout=min(5.0, _left(deadline))) == 200:
             return

@@ -24,6 +24,10 @@ class Unconfirmed(Exception):
     """The port's listener could not be confirmed as the launched process (one line)."""
 
 
+class StrangerListening(Unconfirmed):
+    """Another process holds the port: the launched server lost the race for it."""
+
+
 def listening_inodes(port: int, proc: Path = PROC) -> set[int]:
     """The socket inodes listening on `port` (any address, IPv4 and IPv6)."""
     found: set[int] = set()
@@ -97,5 +101,5 @@ def confirm_listener(pid: int, port: int, proc: Path = PROC) -> None:
     ours = socket_inodes(descendants(pid, proc), proc)
     strangers = listening - ours
     if strangers:
-        raise Unconfirmed(f"port {port} is held by a process golden did not launch (another "
+        raise StrangerListening(f"port {port} is held by a process golden did not launch (another "
                           "server took the port before the launched one bound it)")

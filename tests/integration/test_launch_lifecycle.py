@@ -207,6 +207,38 @@ def test_a_stranger_holding_the_launch_port_is_refused_not_replayed_against(tmp_
         stranger.wait()
 
 
+def test_a_launch_that_lost_its_port_to_a_stranger_starts_again_on_another_port(tmp_path,
+                                                                              monkeypatch):
+    """The same race, won on the second port: the launched server cannot bind the first (a
+    stranger holds it) and is started again on a fresh one; the URL yielded is its own."""
+    import subprocess
+
+    from replay.server import launch
+
+    taken = launch.free_port()
+    stranger = subprocess.Popen([PY, str(FAKE_STUB), "--host", "127.0.0.1", "--port", str(taken)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while http_status("GET", f"http://127.0.0.1:{taken}/health", timeout=1.0) != 200:
+            assert time.monotonic() < deadline and stranger.poll() is None
+            time.sleep(0.1)
+        real_free_port = launch.free_port
+        ports = iter([taken])
+        monkeypatch.setattr(launch, "free_port",
+                            lambda host=launch.LOOPBACK: next(ports, None) or real_free_port(host))
+        said: list[str] = []
+        profile = load_profile(fake_profile(tmp_path, "healthy_stub.py"))
+        with launched(profile, model=None, log_path=tmp_path / "stub.log",
+                      notify=said.append) as url:
+            assert not url.endswith(f":{taken}")
+            assert http_status("GET", url + "/health", timeout=5.0) == 200
+        assert any("starting it again on another port" in line for line in said)
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_a_launched_server_listening_through_a_child_process_is_confirmed(tmp_path):
     """The listener may be a descendant of the launched process (sh -c, SGLang's workers)."""
     script = FAKE_STUB
