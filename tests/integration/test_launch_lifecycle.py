@@ -4,6 +4,7 @@ misbehave in the ways real ones do (its in-process parts: tests/unit/server/test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -177,11 +178,9 @@ def test_secrets_in_the_command_stay_out_of_the_log_header_and_messages(tmp_path
     assert "sekrit-123" not in str(info.value)
 
 
-def test_a_stranger_holding_the_launch_port_is_refused_not_replayed_against(tmp_path,
-                                                                            monkeypatch):
-    """The port race: another server takes the chosen port before the launched one binds it
-    (here the launched one never binds); the stranger answers health and warm-up, and must not
-    be taken for the launched server."""
+@contextlib.contextmanager
+def stranger_on_a_port():
+    """A server golden did not launch, healthy on a free port (yielded), killed afterwards."""
     import subprocess
 
     from replay.server import launch
@@ -194,6 +193,20 @@ def test_a_stranger_holding_the_launch_port_is_refused_not_replayed_against(tmp_
         while http_status("GET", f"http://127.0.0.1:{port}/health", timeout=1.0) != 200:
             assert time.monotonic() < deadline and stranger.poll() is None
             time.sleep(0.1)
+        yield port
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_stranger_holding_the_launch_port_is_refused_not_replayed_against(tmp_path,
+                                                                            monkeypatch):
+    """The port race: another server takes the chosen port before the launched one binds it
+    (here the launched one never binds, on any port); the stranger answers health and warm-up,
+    and must not be taken for the launched server."""
+    from replay.server import launch
+
+    with stranger_on_a_port() as port:
         profile_path = tmp_path / "sleeper.toml"
         profile_path.write_text(f'command = ["{PY}", "-c", "import time; time.sleep(60)"]\n'
                                 "startup_timeout = 20\nstop_timeout = 5\n")
@@ -202,27 +215,15 @@ def test_a_stranger_holding_the_launch_port_is_refused_not_replayed_against(tmp_
             with launched(load_profile(str(profile_path)), model=None,
                           log_path=tmp_path / "sleeper.log"):
                 pytest.fail("yielded the stranger's URL")
-    finally:
-        stranger.kill()
-        stranger.wait()
 
 
 def test_a_launch_that_lost_its_port_to_a_stranger_starts_again_on_another_port(tmp_path,
                                                                               monkeypatch):
     """The same race, won on the second port: the launched server cannot bind the first (a
     stranger holds it) and is started again on a fresh one; the URL yielded is its own."""
-    import subprocess
-
     from replay.server import launch
 
-    taken = launch.free_port()
-    stranger = subprocess.Popen([PY, str(FAKE_STUB), "--host", "127.0.0.1", "--port", str(taken)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while http_status("GET", f"http://127.0.0.1:{taken}/health", timeout=1.0) != 200:
-            assert time.monotonic() < deadline and stranger.poll() is None
-            time.sleep(0.1)
+    with stranger_on_a_port() as taken:
         real_free_port = launch.free_port
         ports = iter([taken])
         monkeypatch.setattr(launch, "free_port",
@@ -234,9 +235,6 @@ def test_a_launch_that_lost_its_port_to_a_stranger_starts_again_on_another_port(
             assert not url.endswith(f":{taken}")
             assert http_status("GET", url + "/health", timeout=5.0) == 200
         assert any("starting it again on another port" in line for line in said)
-    finally:
-        stranger.kill()
-        stranger.wait()
 
 
 def test_a_launched_server_listening_through_a_child_process_is_confirmed(tmp_path):
