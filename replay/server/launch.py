@@ -37,8 +37,7 @@ import numpy as np
 
 from replay.server.apis import get_api
 from replay.server.guard import watchdog
-from replay.server.listener import (StrangerListening, Unconfirmed, confirm_listener,
-                                    listening_inodes)
+from replay.server.listener import StrangerListening, Unconfirmed, confirm_listener, someone_listens
 from replay.server.process_group import MARKER_ENV, exited_soon, new_marker, stop_process_group
 from replay.server.profile import LOOPBACK, LaunchProfile, Notify, Rendered, attention_choice, render
 from replay.server.transport import ClientOptions
@@ -213,25 +212,15 @@ def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
-def someone_listens(port: int) -> bool:
-    """Whether any process listens on `port` (False where /proc cannot tell)."""
-    try:
-        return bool(listening_inodes(port))
-    except Unconfirmed:
-        return False
-
-
 def confirm_ours(proc: subprocess.Popen[bytes], port: int, profile: LaunchProfile) -> None:
     """The port that answered is held by the launched process (or its children), not by a
     stranger that took it first (replay/server/listener.py); else a ServerError (exit 2)."""
     try:
         confirm_listener(proc.pid, port)
-    except StrangerListening as exc:
-        raise PortLost(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
-                       "a server that may not be the launched one") from None
     except Unconfirmed as exc:
-        raise ServerError(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
-                          "a server that may not be the launched one") from None
+        error = PortLost if isinstance(exc, StrangerListening) else ServerError
+        raise error(f"launch profile {profile.name!r}: {exc}; refusing to replay against "
+                    "a server that may not be the launched one") from None
 
 
 def wait_until_healthy(proc: subprocess.Popen[bytes], url: str, profile: LaunchProfile,

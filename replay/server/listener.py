@@ -50,6 +50,14 @@ def listening_inodes(port: int, proc: Path = PROC) -> set[int]:
     return found
 
 
+def someone_listens(port: int, proc: Path = PROC) -> bool:
+    """Whether any process listens on `port` (False where /proc cannot tell)."""
+    try:
+        return bool(listening_inodes(port, proc))
+    except Unconfirmed:
+        return False
+
+
 def descendants(root: int, proc: Path = PROC) -> set[int]:
     """`root` and every process descending from it (through /proc/PID/stat's parent field)."""
     parents: dict[int, int] = {}
@@ -101,5 +109,5 @@ def confirm_listener(pid: int, port: int, proc: Path = PROC) -> None:
     ours = socket_inodes(descendants(pid, proc), proc)
     strangers = listening - ours
     if strangers:
-        raise StrangerListening(f"port {port} is held by a process golden did not launch (another "
-                          "server took the port before the launched one bound it)")
+        raise StrangerListening(f"port {port} is held by a process golden did not launch "
+                                "(another server took the port before the launched one bound it)")
