@@ -238,66 +238,72 @@ def check_tree(parents: list[int], groups: list[int], n_groups: int, ids: list[s
     return problems
 
 
-def check_structure(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[str]:
-    """Consistency of the loaded arrays with each other and with the attributes."""
+def check_structure(attrs: dict[str, Any], small: dict[str, np.ndarray],
+                    shapes: dict[str, tuple[int, ...]]) -> list[str]:
+    """Consistency of a stored golden's arrays with each other and with the attributes, from
+    its small logical arrays (`small`: `requests`, `prefix_offsets`, `new_token_offsets`,
+    `output_offsets`) and the shapes of the per-position ones (`shapes`: `prefix_tokens`,
+    `new_tokens`, `output_ids`, `logprobs`, `top_ids`, `top_logprobs`, `prompt_logprobs`)."""
     n = len(attrs["request_ids"])
     k = attrs["top_k"]
-    flat = {name: arrays[name] for name in ("prefix_tokens", "new_tokens", "output_ids", "logprobs")}
-    problems = [f"{name}: must be 1-D" for name, a in flat.items() if a.ndim != 1]
-    table = arrays["requests"]
+    flat = {name: shapes[name] for name in ("prefix_tokens", "new_tokens", "output_ids", "logprobs")}
+    problems = [f"{name}: must be 1-D" for name, shape in flat.items() if len(shape) != 1]
+    table = small["requests"]
     if table.shape != (n, len(REQUEST_COLUMNS)):
         problems.append(f"requests: shape {list(table.shape)}, expected {[n, len(REQUEST_COLUMNS)]}")
     if problems:
         return problems
-    n_groups = arrays["prefix_offsets"].shape[0] - 1
+    size = {name: shape[0] for name, shape in flat.items()}
+    n_groups = small["prefix_offsets"].shape[0] - 1
     problems += check_offsets(
-        arrays["prefix_offsets"], flat["prefix_tokens"].size, max(n_groups, 0), "prefix_offsets")
-    problems += check_offsets(arrays["new_token_offsets"], flat["new_tokens"].size, n, "new_token_offsets")
-    problems += check_offsets(arrays["output_offsets"], flat["output_ids"].size, n, "output_offsets")
-    if flat["logprobs"].shape != flat["output_ids"].shape:
+        small["prefix_offsets"], size["prefix_tokens"], max(n_groups, 0), "prefix_offsets")
+    problems += check_offsets(small["new_token_offsets"], size["new_tokens"], n, "new_token_offsets")
+    problems += check_offsets(small["output_offsets"], size["output_ids"], n, "output_offsets")
+    if flat["logprobs"] != flat["output_ids"]:
         problems.append("logprobs: length differs from output_ids")
     if problems:
         return problems
-    problems += _check_top(attrs, arrays, n, k)
-    problems += _check_prompt(attrs, arrays)
-    problems += _check_counts(attrs, arrays, n_groups, n, k)
+    problems += _check_top(attrs, small, shapes, n, k)
+    problems += _check_prompt(attrs, shapes)
+    problems += _check_counts(attrs, size, shapes, n_groups, n, k)
     col = {c: table[:, j].tolist() for j, c in enumerate(REQUEST_COLUMNS)}
     problems += check_tree(col["parent"], col["group"], n_groups, attrs["request_ids"])
     return problems
 
 
-def _check_top(attrs: dict[str, Any], arrays: dict[str, np.ndarray], n: int, k: int) -> list[str]:
+def _check_top(attrs: dict[str, Any], small: dict[str, np.ndarray],
+               shapes: dict[str, tuple[int, ...]], n: int, k: int) -> list[str]:
     no_top = attrs["no_top_requests"]
     if not all(isinstance(i, int) and 0 <= i < n for i in no_top) or no_top != sorted(set(no_top)):
         return ["no_top_requests: must be sorted, unique request indices"]
     if k == 0:
         return [] if not no_top else ["no_top_requests: must be empty when top_k is 0"]
-    lengths = np.diff(arrays["output_offsets"])
+    lengths = np.diff(small["output_offsets"])
     rows = int(lengths.sum() - lengths[no_top].sum()) if n else 0
     want = (rows, k)
     return [
-        f"{name}: shape {list(arrays[name].shape)}, expected {list(want)}"
-        for name in TOP_ARRAYS if arrays[name].shape != want
+        f"{name}: shape {list(shapes[name])}, expected {list(want)}"
+        for name in TOP_ARRAYS if shapes[name] != want
     ]
 
 
-def _check_prompt(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[str]:
+def _check_prompt(attrs: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> list[str]:
     if "prompt_logprobs" not in attrs:
         return []
-    a = arrays["prompt_logprobs"]
+    shape = shapes["prompt_logprobs"]
     want = sum(attrs["prompt_logprobs"]["counts"])
-    if a.ndim != 1 or a.size != want:
-        return [f"prompt_logprobs: shape {list(a.shape)}, expected [{want}] (the counts' sum)"]
+    if len(shape) != 1 or shape[0] != want:
+        return [f"prompt_logprobs: shape {list(shape)}, expected [{want}] (the counts' sum)"]
     return []
 
 
-def _check_counts(attrs: dict[str, Any], arrays: dict[str, np.ndarray], n_groups: int, n: int,
-                  k: int) -> list[str]:
+def _check_counts(attrs: dict[str, Any], size: dict[str, int],
+                  shapes: dict[str, tuple[int, ...]], n_groups: int, n: int, k: int) -> list[str]:
     """The `counts` attribute (what `golden show` prints) must describe the arrays."""
     actual = {
-        "groups": n_groups, "requests": n, "prefix_tokens": int(arrays["prefix_tokens"].size),
-        "new_tokens": int(arrays["new_tokens"].size), "output_tokens": int(arrays["output_ids"].size),
-        "top_rows": int(arrays["top_ids"].shape[0]) if k > 0 else 0,
+        "groups": n_groups, "requests": n, "prefix_tokens": size["prefix_tokens"],
+        "new_tokens": size["new_tokens"], "output_tokens": size["output_ids"],
+        "top_rows": shapes["top_ids"][0] if k > 0 else 0,
     }
     if attrs["counts"] == actual:
         return []

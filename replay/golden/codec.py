@@ -1,9 +1,9 @@
-"""Golden <-> stored arrays and root attributes: the encoding of a golden, without any file I/O.
+"""Golden -> stored arrays and root attributes: the encoding of a golden, without any file I/O.
 
 `encode` turns an in-memory Golden into the logical arrays (`encode_arrays`), packs them into
 the stored arrays of the current layout (`replay.golden.pack`) and builds the JSON attributes
-docs/golden-format.md describes; `logical_arrays` undoes the packing of either layout, and
-`assemble` turns the checked logical arrays back into a Golden.
+docs/golden-format.md describes. Reading goes the other way in `replay.golden.pack.unpack_table`
+(the request table) and `replay.golden.stored` (each request, from the chunks that hold it).
 Exactness: logprobs are stored as float32 only when every value of an array is the widening of
 a float32 bit for bit (`replay.utils.bits.narrow_if_exact`), else as float64; reading widens on
 integer bit patterns (`replay.utils.bits.widen_float32`), so a reader's floating-point environment
@@ -27,7 +27,7 @@ from replay.golden.layout import (
     INT32_MAX, INT32_MIN, PROMPT_ARRAY, REQUEST_COLUMNS, SCHEMA_PREFIX, SCHEMA_VERSION,
     request_columns,
 )
-from replay.golden.pack import pack, unpack
+from replay.golden.pack import pack
 from replay.utils.redact import redact_secrets
 
 # ---------------------------------------------------------------------------------------------
@@ -41,15 +41,6 @@ def encode(golden: Golden) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     no_top = _no_top(golden)
     stored, extra = pack(logical, no_top)
     return stored, encode_attrs(golden, logical, stored, extra, no_top)
-
-
-def logical_arrays(version: int, attrs: dict[str, Any],
-                   stored: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The logical arrays of a stored golden of layout `version`, or the problems found."""
-    if version >= 2:
-        return unpack(attrs, stored)
-    n = len(attrs["request_ids"])
-    return {**stored, "num_retractions": np.zeros(n, dtype=np.int32)}, []
 
 
 def encode_arrays(golden: Golden) -> dict[str, np.ndarray]:
@@ -224,57 +215,3 @@ def _nonfinite_as_strings(value: Any) -> Any:
     if isinstance(value, (float, np.floating)) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
-
-
-# ---------------------------------------------------------------------------------------------
-# Checked arrays + attributes -> Golden
-# ---------------------------------------------------------------------------------------------
-
-
-def assemble(attrs: dict[str, Any], arrays: dict[str, np.ndarray]) -> Golden:
-    """Rebuild the in-memory Golden from checked logical arrays (float32 widened bit-exactly)."""
-    pre_off = arrays["prefix_offsets"]
-    prefixes = [arrays["prefix_tokens"][pre_off[g]:pre_off[g + 1]] for g in range(len(pre_off) - 1)]
-    logprobs = _as_stored_f64(arrays["logprobs"])
-    k = attrs["top_k"]
-    top_ids = arrays["top_ids"] if k > 0 else None
-    top_lp = _as_stored_f64(arrays["top_logprobs"]) if k > 0 else None
-    no_top = set(attrs["no_top_requests"])
-    new_off, out_off = arrays["new_token_offsets"], arrays["output_offsets"]
-    prompt = attrs.get(PROMPT_ARRAY)
-    prompt_lps = _as_stored_f64(arrays[PROMPT_ARRAY]) if prompt is not None else None
-    prompt_off = _offsets(prompt["counts"]) if prompt is not None else None
-    requests: list[RecordedRequest] = []
-    row = 0
-    for i, rid in enumerate(attrs["request_ids"]):
-        vals = dict(zip(REQUEST_COLUMNS, (int(v) for v in arrays["requests"][i])))
-        a, b = int(out_off[i]), int(out_off[i + 1])
-        tops: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
-        if top_ids is not None and top_lp is not None and i not in no_top:
-            tops = {"top_ids": top_ids[row:row + b - a], "top_logprobs": top_lp[row:row + b - a]}
-            row += b - a
-        prompt_fields: dict[str, Any] = {}
-        if prompt is not None and prompt_lps is not None and prompt_off is not None \
-                and prompt["starts"][i] >= 0:
-            prompt_fields = {"prompt_logprob_start": prompt["starts"][i],
-                             "prompt_logprobs": prompt_lps[prompt_off[i]:prompt_off[i + 1]]}
-        requests.append(RecordedRequest(
-            id=rid,
-            new_tokens=arrays["new_tokens"][new_off[i]:new_off[i + 1]],
-            output_ids=arrays["output_ids"][a:b],
-            logprobs=logprobs[a:b],
-            cached_details=attrs["cached_tokens_details"][i],
-            num_retractions=int(arrays["num_retractions"][i]),
-            finish_reason=attrs["finish_reasons"][i],
-            **vals,
-            **tops,
-            **prompt_fields,
-        ))
-    return Golden(
-        scenario=attrs["scenario"], prefixes=prefixes, requests=requests,
-        sampling=attrs["sampling"], meta=attrs["meta"], checksum=attrs.get("attrs_sha256"),
-    )
-
-
-def _as_stored_f64(a: np.ndarray) -> np.ndarray:
-    return widen_float32(a) if a.dtype == np.float32 else a.astype(np.float64)

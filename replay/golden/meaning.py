@@ -25,6 +25,8 @@ The recorder refuses a reference that breaks the logprob or the top-k rule (`log
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,8 @@ import numpy as np
 
 from replay.utils.errors import GoldenFormatError
 from replay.golden.fingerprint import vocab_size
-from replay.golden.model import Golden
-from replay.golden.store import read_golden, verify_golden
+from replay.golden.model import Golden, RecordedRequest
+from replay.golden.store import open_golden, verify_golden
 
 MAX_PROBLEMS = 20
 
@@ -41,7 +43,7 @@ MAX_PROBLEMS = 20
 def verify_meaning(path: Path) -> list[str]:
     """Every problem of the golden at `path`: its bytes (`verify_golden`), then its meaning."""
     problems = verify_golden(path)
-    return problems or meaning_problems(read_golden(path, verify=False))
+    return problems or meaning_problems(open_golden(path, verify=False))
 
 
 def check_meaning(golden: Golden, name: str) -> Golden:
@@ -86,33 +88,80 @@ def top_k_missing(top_ids: np.ndarray | None, outputs: int, k: int) -> str | Non
 
 
 def meaning_problems(golden: Golden) -> list[str]:
-    """Everything that makes the golden unable to judge a replay ([] when it is sound)."""
+    """Everything that makes the golden unable to judge a replay ([] when it is sound). The
+    requests are read once, a window of them at a time, so a golden read from disk
+    (`open_golden`) is checked without being held."""
     reqs = golden.requests
-    if not reqs:
+    if not len(reqs):
         return ["it holds no requests: a replay would compare nothing"]
-    problems: list[str] = []
-    if sum(len(r.output_ids) for r in reqs) == 0:
-        problems.append("it holds no output tokens: a replay would compare nothing")
-    problems += _tree_problems(golden)
     vocab = vocab_size(_dict(golden.meta.get("model_info")), _dict(golden.meta.get("server_info")))
     limit = vocab if vocab is not None else 2**31
-    problems += _id_problems("prefix", golden.prefixes, limit)
-    problems += _id_problems("new_tokens", [r.new_tokens for r in reqs], limit, reqs)
-    problems += _id_problems("output_ids", [r.output_ids for r in reqs], limit, reqs)
     k = golden.top_k
     want_k = golden.scenario.get("top_k")
+    asked = max(k, want_k if isinstance(want_k, int) else 0)
+    found = _Found()
+    for window in _windows(reqs):
+        found.read(window, limit, k, asked)
+    problems: list[str] = []
+    if found.outputs == 0:
+        problems.append("it holds no output tokens: a replay would compare nothing")
+    problems += _tree_problems(golden)
+    problems += _id_problems("prefix", golden.prefixes, limit)
+    problems += found.new_ids[:1] + found.output_ids[:1]
     if isinstance(want_k, int) and want_k > 0 and k != want_k:
         problems.append(f"top-k width {k}, but its scenario asks for {want_k}")
-    asked = max(k, want_k if isinstance(want_k, int) else 0)
+    problems += found.top_missing + found.lengths + found.values
+    return problems[:MAX_PROBLEMS]
+
+
+WINDOW_POSITIONS = 1 << 16  # output positions checked at once
+
+
+def _windows(reqs: Sequence[RecordedRequest]) -> Iterator[list[RecordedRequest]]:
+    window: list[RecordedRequest] = []
+    positions = 0
     for r in reqs:
-        missing = top_k_missing(r.top_ids, len(r.output_ids), asked)
-        if missing:
-            problems.append(f"request {r.id}: {missing} (a replay would compare no top-k there)")
-            if len(problems) >= MAX_PROBLEMS:
-                break
-    problems += [f"request {r.id}: {len(r.output_ids)} output tokens, but max_new_tokens is "
-                 f"{r.max_new_tokens}" for r in reqs if len(r.output_ids) != r.max_new_tokens]
-    # One vectorized pass over everything; the per-request pass only names what it found.
+        window.append(r)
+        positions += len(r.output_ids)
+        if positions >= WINDOW_POSITIONS:
+            yield window
+            window, positions = [], 0
+    if window:
+        yield window
+
+
+@dataclass
+class _Found:
+    """What the windows found, per kind, in golden order (at most MAX_PROBLEMS of each)."""
+
+    outputs: int = 0
+    new_ids: list[str] = field(default_factory=list)
+    output_ids: list[str] = field(default_factory=list)
+    top_missing: list[str] = field(default_factory=list)
+    lengths: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
+
+    def read(self, reqs: list[RecordedRequest], limit: int, k: int, asked: int) -> None:
+        self.outputs += sum(len(r.output_ids) for r in reqs)
+        if not self.new_ids:
+            self.new_ids = _id_problems("new_tokens", [r.new_tokens for r in reqs], limit, reqs)
+        if not self.output_ids:
+            self.output_ids = _id_problems("output_ids", [r.output_ids for r in reqs], limit,
+                                           reqs)
+        for r in reqs:
+            missing = top_k_missing(r.top_ids, len(r.output_ids), asked)
+            if missing and len(self.top_missing) < MAX_PROBLEMS:
+                self.top_missing.append(
+                    f"request {r.id}: {missing} (a replay would compare no top-k there)")
+            if len(r.output_ids) != r.max_new_tokens and len(self.lengths) < MAX_PROBLEMS:
+                self.lengths.append(f"request {r.id}: {len(r.output_ids)} output tokens, but "
+                                    f"max_new_tokens is {r.max_new_tokens}")
+        if len(self.values) < MAX_PROBLEMS and not _values_sound(reqs, k, limit):
+            self.values += _value_problems(reqs, limit)[:MAX_PROBLEMS - len(self.values)]
+
+
+def _values_sound(reqs: list[RecordedRequest], k: int, limit: int) -> bool:
+    """One vectorized pass over the window's logprobs and top-k rows."""
     with_top = [r for r in reqs if r.top_ids is not None and r.top_logprobs is not None]
     everything = logprob_problem(
         np.concatenate([r.logprobs for r in reqs]),
@@ -122,21 +171,23 @@ def meaning_problems(golden: Golden) -> list[str]:
     top_rows_ok = len(tops) == len(with_top) and not _top_problems(
         "", np.concatenate(tops) if tops else np.empty((0, k), np.int32),
         sum(len(t) for t in tops), limit)
-    if everything is None and top_rows_ok:
-        return problems[:MAX_PROBLEMS]
+    return everything is None and top_rows_ok
+
+
+def _value_problems(reqs: list[RecordedRequest], limit: int) -> list[str]:
+    """Each request's own logprob and top-k problems, named (the window had some)."""
+    problems: list[str] = []
     for r in reqs:
-        if len(problems) >= MAX_PROBLEMS:
-            break
         problem = logprob_problem(r.logprobs, r.top_ids, r.top_logprobs)
         if problem:
             problems.append(f"request {r.id}: {problem} is not a log-probability")
         if r.top_ids is not None:
             problems += _top_problems(r.id, r.top_ids, len(r.output_ids), limit)
-    return problems[:MAX_PROBLEMS]
+    return problems
 
 
 def _tree_problems(golden: Golden) -> list[str]:
-    reqs = golden.requests
+    reqs = golden.nodes
     problems = []
     for i, r in enumerate(reqs):
         if r.parent < 0:

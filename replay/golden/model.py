@@ -9,9 +9,9 @@ of float32s for SGLang); comparisons are done on bit patterns.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,13 +37,32 @@ class RecordedRequest(TreeNode):
     prompt_logprobs: np.ndarray | None = None  # float64 [len(input) - start - 1]
 
 
+@runtime_checkable
+class SupportsNodes(Protocol):
+    """Requests read from disk as they are asked for (`replay.golden.stored.StoredRequests`):
+    the tree, the outputs and the prompt-logprob starts can be had without reading the rest of
+    any answer, and a subset without reading anything."""
+
+    @property
+    def nodes(self) -> Sequence[TreeNode]: ...
+
+    @property
+    def prompt_starts(self) -> list[int]: ...
+
+    def output_of(self, i: int) -> np.ndarray: ...
+
+    def select(self, keep: Sequence[int]) -> Sequence[RecordedRequest]: ...
+
+
 @dataclass
 class Golden:
-    """A whole recording: scenario, shared prefixes, requests in topological order, metadata."""
+    """A whole recording: scenario, shared prefixes, requests in topological order, metadata.
+    `requests` is a list in memory, or a `SupportsNodes` sequence when read from disk by
+    `open_golden` (each request read when asked for, so a large golden is never held)."""
 
     scenario: dict[str, Any]  # ScenarioSpec as a dict
     prefixes: list[np.ndarray]  # int32, one per group
-    requests: list[RecordedRequest]
+    requests: Sequence[RecordedRequest]
     sampling: dict[str, Any]  # sampling_params shared by all requests (without max_new_tokens)
     meta: dict[str, Any] = field(default_factory=dict)  # server/model info, tool, platform, api
     # The content checksum of the stored golden this one was read from (its `attrs_sha256`,
@@ -52,8 +71,20 @@ class Golden:
     checksum: str | None = field(default=None, compare=False)
 
     @property
+    def nodes(self) -> Sequence[TreeNode]:
+        """The tree without the answers (cheap to walk, whatever holds the requests)."""
+        return self.requests.nodes if isinstance(self.requests, SupportsNodes) else self.requests
+
+    @property
+    def prompt_starts(self) -> list[int]:
+        """Each request's `prompt_logprob_start` (-1: no prompt logprobs)."""
+        if isinstance(self.requests, SupportsNodes):
+            return self.requests.prompt_starts
+        return [r.prompt_logprob_start for r in self.requests]
+
+    @property
     def has_prompt_logprobs(self) -> bool:
-        return any(r.prompt_logprob_start >= 0 for r in self.requests)
+        return any(start >= 0 for start in self.prompt_starts)
 
     @property
     def top_k(self) -> int:
@@ -63,18 +94,27 @@ class Golden:
         return 0
 
     def index(self, request_id: str) -> int:
-        for i, r in enumerate(self.requests):
+        for i, r in enumerate(self.nodes):
             if r.id == request_id:
                 return i
         raise KeyError(request_id)
 
+    def output_of(self, i: int) -> np.ndarray:
+        """Request i's recorded output ids."""
+        if isinstance(self.requests, SupportsNodes):
+            return self.requests.output_of(i)
+        return self.requests[i].output_ids
+
     def input_ids(self, i: int) -> np.ndarray:
         """The exact input tokens of request i, rebuilt from the tree."""
-        return input_ids(self.requests, self.prefixes, lambda j: self.requests[j].output_ids, i)
+        return input_ids(self.nodes, self.prefixes, self.output_of, i)
 
 
 def subset_golden(golden: Golden, keep: Iterable[int], **meta: Any) -> Golden:
     """The golden holding only the requests at `keep` and their ancestors (parents remapped,
     prefixes, ids and answers unchanged: every kept input is rebuilt exactly as before). `meta`
-    entries are added to the golden's metadata (e.g. where the subset came from)."""
-    return replace(golden, requests=subset(golden.requests, keep), meta={**golden.meta, **meta})
+    entries are added to the golden's metadata (e.g. where the subset came from). A golden
+    read from disk stays on disk: its subset reads nothing."""
+    kept = (golden.requests.select(list(keep)) if isinstance(golden.requests, SupportsNodes)
+            else subset(golden.requests, keep))
+    return replace(golden, requests=kept, meta={**golden.meta, **meta})

@@ -18,11 +18,12 @@ stores them as they are (`num_retractions` absent: all 0). Layout 2 removes what
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from replay.utils.bits import has_float32_specials, narrow_if_exact, same_bits, widen_float32
+from replay.utils.bits import narrow_if_exact, same_bits, widen_float32
 from replay.golden.layout import INT32_MAX, INT32_MIN, REQUEST_COLUMNS_V1, REQUEST_COLUMNS_V2
 
 _V1_WIDTH = len(REQUEST_COLUMNS_V1)
@@ -69,77 +70,95 @@ def pack(logical: dict[str, np.ndarray], no_top: list[int]) -> tuple[dict[str, n
     return stored, extra
 
 
-def unpack(attrs: dict[str, Any], stored: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The logical arrays of a layout-2 golden, or the problems that prevent them."""
-    table = stored["requests"]
+@dataclass
+class Table:
+    """The logical request table of a stored golden, from its small arrays and attributes only
+    (no per-position array is read): what `replay.golden.stored` reads requests with."""
+
+    requests: np.ndarray  # int32 [R, 6]: the version-1 columns
+    num_retractions: np.ndarray  # int32 [R]
+    prefix_offsets: np.ndarray  # int64 [G + 1]
+    new_token_offsets: np.ndarray  # int64 [R + 1]
+    output_offsets: np.ndarray  # int64 [R + 1]
+    top1: Top1 | None = None  # layouts 2 and 3 with top-k: rank 0 is the chosen token but here
+
+
+@dataclass
+class Top1:
+    """Top rows whose rank 0 is not the chosen token and its logprob (layout 2's
+    `top1_exceptions`), sorted by row."""
+
+    rows: np.ndarray  # int64
+    ids: np.ndarray  # int32
+    values: np.ndarray  # float64, from the stored bits
+
+
+def unpack_table(version: int, attrs: dict[str, Any], small: dict[str, np.ndarray],
+                 shapes: dict[str, tuple[int, ...]]) -> tuple[Table | None, list[str]]:
+    """The logical table of a stored golden of layout `version` (`small`: its stored `requests`
+    and, for layout 1, its offsets arrays; `shapes`: every stored array's shape), or the
+    problems that prevent it."""
+    if version < 2:
+        n = len(attrs["request_ids"])
+        return Table(small["requests"], np.zeros(n, dtype=np.int32), small["prefix_offsets"],
+                     small["new_token_offsets"], small["output_offsets"]), []
+    table = small["requests"]
     n = len(attrs["request_ids"])
     if table.ndim != 2 or table.shape != (n, len(REQUEST_COLUMNS_V2)):
-        return {}, [f"requests: shape {list(table.shape)}, expected {[n, len(REQUEST_COLUMNS_V2)]}"]
+        return None, [f"requests: shape {list(table.shape)}, expected {[n, len(REQUEST_COLUMNS_V2)]}"]
     lengths = attrs.get("prefix_lengths")
     if not (isinstance(lengths, list) and all(type(x) is int and 0 <= x <= INT32_MAX
                                               for x in lengths)):
-        return {}, ["attribute prefix_lengths must be a list of counts (each within int32)"]
+        return None, ["attribute prefix_lengths must be a list of counts (each within int32)"]
     counts = table[:, _V1_WIDTH:].astype(np.int64)
     if counts.size and counts.min() < 0:
-        return {}, ["requests: negative num_retractions, new_token_count or output_count"]
-    logical = {
-        "prefix_tokens": stored["prefix_tokens"],
-        "prefix_offsets": _offsets(np.array(lengths, dtype=np.int64)),
-        "requests": np.ascontiguousarray(table[:, :_V1_WIDTH]),
-        "num_retractions": counts[:, 0].astype(np.int32),
-        "new_tokens": stored["new_tokens"],
-        "new_token_offsets": _offsets(counts[:, 1]),
-        "output_ids": stored["output_ids"],
-        "output_offsets": _offsets(counts[:, 2]),
-        "logprobs": stored["logprobs"],
-    }
-    if "prompt_logprobs" in stored:
-        logical["prompt_logprobs"] = stored["prompt_logprobs"]
+        return None, ["requests: negative num_retractions, new_token_count or output_count"]
+    logical = Table(
+        requests=np.ascontiguousarray(table[:, :_V1_WIDTH]),
+        num_retractions=counts[:, 0].astype(np.int32),
+        prefix_offsets=_offsets(np.array(lengths, dtype=np.int64)),
+        new_token_offsets=_offsets(counts[:, 1]),
+        output_offsets=_offsets(counts[:, 2]),
+    )
     if attrs["top_k"] == 0:
         return logical, []
-    problems = _unpack_top(attrs, stored, logical)
+    logical.top1, problems = _unpack_top1(attrs, shapes, logical)
     return logical, problems
 
 
-def _unpack_top(attrs: dict[str, Any], stored: dict[str, np.ndarray],
-                logical: dict[str, np.ndarray]) -> list[str]:
+def _unpack_top1(attrs: dict[str, Any], shapes: dict[str, tuple[int, ...]],
+                 table: Table) -> tuple[Top1 | None, list[str]]:
     k = attrs["top_k"]
-    rest_ids, rest_lps = stored["top_ids_rest"], stored["top_logprobs_rest"]
-    out_off, flat_ids, flat_lps = logical["output_offsets"], logical["output_ids"], logical["logprobs"]
-    if out_off[-1] != flat_ids.size or flat_lps.shape != flat_ids.shape or flat_ids.ndim != 1:
-        return ["output_count column, output_ids and logprobs disagree in length"]
+    out_off = table.output_offsets
+    flat = shapes["output_ids"]
+    if out_off[-1] != (flat[0] if flat else 0) or shapes["logprobs"] != flat or len(flat) != 1:
+        return None, ["output_count column, output_ids and logprobs disagree in length"]
     no_top = attrs["no_top_requests"]
     if not all(type(i) is int and 0 <= i < len(out_off) - 1 for i in no_top):
-        return ["no_top_requests: must be sorted, unique request indices"]
-    pos = top_rows_positions(out_off, no_top)
-    want = (pos.size, k - 1)
-    for name, a in (("top_ids_rest", rest_ids), ("top_logprobs_rest", rest_lps)):
-        if a.shape != want:
-            return [f"{name}: shape {list(a.shape)}, expected {list(want)}"]
-    ids = np.empty((pos.size, k), dtype=np.int32)
-    vals = np.empty((pos.size, k), dtype=np.float64)
-    ids[:, 0] = flat_ids[pos]
-    vals[:, 0] = _as_f64(flat_lps)[pos]
-    ids[:, 1:] = rest_ids
-    if rest_lps.dtype == np.float32 and not has_float32_specials(rest_lps):
-        vals[:, 1:] = rest_lps  # the hardware cast, exact without specials (replay.utils.bits)
-    else:
-        vals[:, 1:] = _as_f64(rest_lps)
+        return None, ["no_top_requests: must be sorted, unique request indices"]
+    lengths = np.diff(out_off)
+    rows = int(lengths.sum() - lengths[sorted(set(no_top))].sum())
+    want = (rows, k - 1)
+    for name in ("top_ids_rest", "top_logprobs_rest"):
+        if shapes[name] != want:
+            return None, [f"{name}: shape {list(shapes[name])}, expected {list(want)}"]
     exceptions = attrs.get("top1_exceptions")
     if not isinstance(exceptions, list):
-        return ["attribute top1_exceptions must be a list"]
+        return None, ["attribute top1_exceptions must be a list"]
     previous = -1
     for entry in exceptions:
         if not (isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is int
                 and type(entry[1]) is int and isinstance(entry[2], str)
-                and previous < entry[0] < pos.size and _is_hex64(entry[2])):
-            return [f"top1_exceptions: bad entry {entry!r} (sorted [row, token_id, 16 hex digits])"]
+                and previous < entry[0] < rows and _is_hex64(entry[2])):
+            return None, [f"top1_exceptions: bad entry {entry!r} (sorted [row, token_id, 16 hex digits])"]
         if not INT32_MIN <= entry[1] <= INT32_MAX:
-            return [f"top1_exceptions: token id {entry[1]} of row {entry[0]} is outside int32"]
-        previous, ids[entry[0], 0] = entry[0], entry[1]
-        vals[entry[0], 0] = np.array(int(entry[2], 16), dtype=np.uint64).view(np.float64)
-    logical["top_ids"], logical["top_logprobs"] = ids, vals
-    return []
+            return None, [f"top1_exceptions: token id {entry[1]} of row {entry[0]} is outside int32"]
+        previous = entry[0]
+    return Top1(
+        rows=np.array([e[0] for e in exceptions], dtype=np.int64),
+        ids=np.array([e[1] for e in exceptions], dtype=np.int32),
+        values=np.array([int(e[2], 16) for e in exceptions], dtype=np.uint64).view(np.float64),
+    ), []
 
 
 def _is_hex64(text: str) -> bool:

@@ -17,7 +17,7 @@ The layout is documented in docs/golden-format.md.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +29,24 @@ from zarr.storage import LocalStore
 from replay.golden.atomic_dir import refuse_existing, write_atomically
 from replay.utils.bits import narrow_if_exact, widen_float32
 from replay.utils.errors import GoldenFormatError
-from replay.golden.model import Golden
+from replay.golden.model import Golden, RecordedRequest
 from replay.golden.checks import (
-    Unreadable, array_sha256, attrs_problem, attrs_sha256, check_blosc_chunk, check_structure,
-    chunk_keys,
+    Unreadable, array_sha256, attrs_problem, attrs_sha256, check_structure, chunk_keys,
     first_line, safe_attrs_sha256, schema_version, vet_array_metadata,
 )
-from replay.golden.codec import assemble, encode, logical_arrays
-from replay.golden.layout import BLOSC_CONFIG, CHUNKED_VERSION, SCHEMA, expected_arrays
+from replay.golden.chunks import ArraySpec, ChunkedArray
+from replay.golden.codec import encode
+from replay.golden.layout import (BLOSC_CONFIG, CHUNKED_VERSION, PROMPT_ARRAY, SCHEMA, TOP_ARRAYS,
+                                  expected_arrays)
+from replay.golden.pack import unpack_table
+from replay.golden.stored import StoredRequests
 from replay.golden.lfs import LfsPointers, refuse_lfs_pointers
 from replay.golden.limits import (chunk_count_problem, chunk_size_problem,
                                   declared_size_problems, read_stable, symlink_problem)
 
 __all__ = [
-    "SCHEMA", "array_sha256", "attrs_sha256", "content_checksum", "golden_summary", "narrow_if_exact", "read_golden",
-    "verify_golden", "widen_float32", "write_golden",
+    "SCHEMA", "array_sha256", "attrs_sha256", "content_checksum", "golden_summary", "narrow_if_exact",
+    "open_golden", "read_golden", "verify_golden", "widen_float32", "write_golden",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -72,21 +75,70 @@ def write_golden(golden: Golden, path: str | Path, *, force: bool = False) -> Pa
 
 
 def read_golden(path: str | Path, *, verify: bool = True) -> Golden:
-    """Read the golden at `path`; any problem raises GoldenFormatError naming it.
+    """Read the golden at `path` whole, every request in memory (writable arrays of its own);
+    any problem raises GoldenFormatError naming it. A replay uses `open_golden` instead, which
+    holds no more than a few chunks.
 
     With verify=False the sha256 checks are skipped (structure is still checked): only for
     callers that have just verified the same directory.
     """
-    where = Path(path)
+    return _read(Path(path), verify=verify, whole=True)
+
+
+def open_golden(path: str | Path, *, verify: bool = True) -> Golden:
+    """The golden at `path`, checked whole (every checksum and its structure, streamed chunk by
+    chunk), whose requests are read from disk when asked for (`replay.golden.stored`): memory
+    does not grow with the golden. Any problem raises GoldenFormatError naming it, then or
+    when a request is read (a golden replaced or altered meanwhile)."""
+    return _read(Path(path), verify=verify, whole=False)
+
+
+def _read(where: Path, *, verify: bool, whole: bool) -> Golden:
+    """Check the golden at `where`, then make it (every request read now when `whole`), all in
+    one `read_stable` attempt: a golden replaced meanwhile (`golden update`) is read again."""
+    def attempt() -> tuple[Golden | None, list[str]]:
+        opened, stored, problems = _open_and_check(where, verify=verify)
+        if problems or stored is None:
+            return None, problems
+        try:
+            golden = _golden(opened, stored, where)
+            if whole:
+                golden = replace(golden, prefixes=[np.array(p) for p in golden.prefixes],
+                                 requests=[_owned(r) for r in stored.iterate()])
+        except Unreadable as exc:
+            return None, [str(exc)]
+        return golden, []
+
     try:
-        opened, arrays, problems = read_stable(lambda: _open_and_check(where, verify=verify),
-                                               where, lambda r: bool(r[2]))
+        golden, problems = read_stable(attempt, where, lambda r: bool(r[1]))
     except Unreadable as exc:
         raise GoldenFormatError(f"{where}: {exc}") from None
-    if problems:
+    if problems or golden is None:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise GoldenFormatError(f"{where}: {problems[0]}{more}")
-    return assemble(opened.attrs, arrays)
+    return golden
+
+
+def _golden(opened: _Opened, stored: StoredRequests, where: Path) -> Golden:
+    """The checked golden, its requests read from disk when asked for."""
+    attrs = opened.attrs
+    stored.where = where
+    offsets = stored.table.prefix_offsets
+    tokens = stored.arrays["prefix_tokens"].whole()
+    prefixes = [tokens[offsets[g]:offsets[g + 1]] for g in range(len(offsets) - 1)]
+    return Golden(scenario=attrs["scenario"], prefixes=prefixes, requests=stored,
+                  sampling=attrs["sampling"], meta=attrs["meta"],
+                  checksum=attrs.get("attrs_sha256"))
+
+
+def _owned(r: RecordedRequest) -> RecordedRequest:
+    """The request with arrays of its own (not views of a shared, read-only chunk)."""
+    def own(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.array(a)
+
+    return replace(r, new_tokens=np.array(r.new_tokens), output_ids=np.array(r.output_ids),
+                   logprobs=np.array(r.logprobs), top_ids=own(r.top_ids),
+                   top_logprobs=own(r.top_logprobs), prompt_logprobs=own(r.prompt_logprobs))
 
 
 def content_checksum(golden: Golden) -> str:
@@ -178,17 +230,18 @@ class _Opened:
     version: int  # the layout (schema version)
 
 
-def _open_and_check(where: Path, *, verify: bool) -> tuple[_Opened, dict[str, np.ndarray], list[str]]:
-    """Open, load every stored array, turn them into the logical arrays, then check the
-    structure (each step only when the one before went cleanly)."""
+def _open_and_check(where: Path, *, verify: bool
+                    ) -> tuple[_Opened, StoredRequests | None, list[str]]:
+    """Open, vet every stored array's metadata, stream every chunk once (each checksum, when
+    verifying), then check the structure from the small arrays and the shapes (each step only
+    when the one before went cleanly)."""
     opened = _open(where, verify=verify)
-    stored, problems = _load_arrays(opened, verify=verify)
-    arrays: dict[str, np.ndarray] = {}
-    if not problems:
-        arrays, problems = logical_arrays(opened.version, opened.attrs, stored)
-    if not problems:
-        problems = check_structure(opened.attrs, arrays)
-    return opened, arrays, problems
+    arrays, problems = _vet_arrays(opened)
+    if not problems and verify:
+        problems = _verify_arrays(opened, arrays)
+    if problems:
+        return opened, None, problems
+    return (opened, *_stored_requests(opened, arrays))
 
 
 def _open(path: Path, *, verify: bool) -> _Opened:
@@ -218,22 +271,22 @@ def _open(path: Path, *, verify: bool) -> _Opened:
     return _Opened(path=path, group=group, attrs=attrs, version=version)
 
 
-def _load_arrays(opened: _Opened, *, verify: bool) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Every expected array, each vetted, decoded and (if verify) checksummed. Problems are
-    collected per array so that verify_golden can report them all."""
-    arrays: dict[str, np.ndarray] = {}
+def _vet_arrays(opened: _Opened) -> tuple[dict[str, ChunkedArray], list[str]]:
+    """Every expected array, its metadata vetted, ready to be read chunk by chunk. Problems
+    are collected per array so that verify_golden can report them all."""
+    arrays: dict[str, ChunkedArray] = {}
     expected = expected_arrays(opened.attrs, opened.version)
     problems = [f"array {name}: listed in the metadata but not part of this golden's layout"
                 for name in opened.attrs["arrays"] if name not in expected]
     for name in expected:
         try:
-            arrays[name] = _load_array(opened, name, verify=verify)
+            arrays[name] = ChunkedArray(_vet_array(opened, name))
         except Unreadable as exc:
             problems.append(f"array {name}: {exc}")
     return arrays, problems
 
 
-def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
+def _vet_array(opened: _Opened, name: str) -> ArraySpec:
     entry = opened.attrs["arrays"].get(name)
     if entry is None:
         raise Unreadable("not listed in the metadata")
@@ -252,20 +305,56 @@ def _load_array(opened: _Opened, name: str, *, verify: bool) -> np.ndarray:
         oversized = chunk_size_problem(chunks, chunk_shape, entry["data_type"])
         if oversized:
             raise Unreadable(oversized)
-    if compressor == "blosc" and chunks:  # an empty array has no chunk
-        if opened.version < CHUNKED_VERSION and (
-                len(chunks) != 1 or list(chunk_shape) != list(entry["shape"])):
-            raise Unreadable("a blosc array must be one chunk")
-        if list(chunk_shape[1:]) != [max(1, n) for n in entry["shape"][1:]]:
-            raise Unreadable("a chunk must hold whole rows")
-        nbytes = int(np.prod(chunk_shape)) * np.dtype(entry["data_type"]).itemsize
-        for chunk in chunks:
-            check_blosc_chunk(chunk.read_bytes(), nbytes)
-    try:
-        arr = opened.group[name]
-        data = np.asarray(arr[...])
-    except Exception as exc:  # noqa: BLE001 - codecs raise many types on corrupt chunks
-        raise Unreadable(f"unreadable chunk ({type(exc).__name__}: {first_line(exc)})") from None
-    if verify and array_sha256(data) != entry["sha256"]:
-        raise Unreadable("checksum mismatch (corrupt data)")
-    return data
+    if compressor == "blosc" and chunks and opened.version < CHUNKED_VERSION and (
+            len(chunks) != 1 or list(chunk_shape) != list(entry["shape"])):
+        raise Unreadable("a blosc array must be one chunk")
+    if list(chunk_shape[1:]) != [max(1, n) for n in entry["shape"][1:]]:
+        raise Unreadable("a chunk must hold whole rows")
+    return ArraySpec(name=name, dtype=np.dtype(entry["data_type"]).newbyteorder("<"),
+                     shape=tuple(entry["shape"]), chunk_rows=chunk_shape[0],
+                     compressor=compressor, files=tuple(chunks))
+
+
+def _verify_arrays(opened: _Opened, arrays: dict[str, ChunkedArray]) -> list[str]:
+    """Decode every chunk once, checking each array's sha256 (and taking each chunk's digest,
+    which later reads are held to); problems per array."""
+    problems = []
+    for name, array in arrays.items():
+        try:
+            for _ in array.scan():
+                pass
+        except Unreadable as exc:
+            problems.append(f"array {name}: {exc}")
+            continue
+        if array.sha256 != opened.attrs["arrays"][name]["sha256"]:
+            problems.append(f"array {name}: checksum mismatch (corrupt data)")
+    return problems
+
+
+def _stored_requests(opened: _Opened, arrays: dict[str, ChunkedArray]
+                     ) -> tuple[StoredRequests | None, list[str]]:
+    """The checked requests of the golden, read from disk as they are asked for."""
+    attrs, version = opened.attrs, opened.version
+    small = {}
+    for name in ("requests", "prefix_offsets", "new_token_offsets", "output_offsets"):
+        try:
+            if name in arrays:
+                small[name] = arrays[name].whole()
+        except Unreadable as exc:
+            return None, [f"array {name}: {exc}"]
+    shapes = {name: a.spec.shape for name, a in arrays.items()}
+    table, problems = unpack_table(version, attrs, small, shapes)
+    if table is None or problems:
+        return None, problems
+    logical = dict(shapes)
+    if version >= 2 and attrs["top_k"] > 0:
+        for name in TOP_ARRAYS:
+            rest = shapes[f"{name}_rest"]
+            logical[name] = (rest[0], attrs["top_k"])
+    logical.setdefault(PROMPT_ARRAY, (0,))
+    small = {"requests": table.requests, "prefix_offsets": table.prefix_offsets,
+             "new_token_offsets": table.new_token_offsets, "output_offsets": table.output_offsets}
+    problems = check_structure(attrs, small, logical)
+    if problems:
+        return None, problems
+    return StoredRequests(attrs, table, arrays), []

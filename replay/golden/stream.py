@@ -2,11 +2,11 @@
 
 `golden record` hands each finished request to a `GoldenWriter`, in any order; the writer puts
 them in the golden's order and holds only those that arrive early. A golden of at most
-`chunk_rows` output positions is held whole and written at the end by `write_golden`: layout 2,
+`whole_rows` output positions is held whole and written at the end by `write_golden`: layout 2,
 one chunk per array, byte for byte what every earlier golden (the committed ones) is. A larger
 one is written in layout 3 as it goes: layout 2's arrays chunked along their first axis,
 `chunk_rows` rows a chunk, floats kept as float64 (narrowing to float32 needs every value
-first), so at most one chunk per array is held. The request table, the root attributes and the
+first), so at most one chunk per array is held (and a reader holds a few: `golden.chunks`). The request table, the root attributes and the
 checksums (read back chunk by chunk) come last. The directory is filled in a hidden sibling and
 published atomically (`replay.golden.atomic_dir`): a reader sees a whole golden or none, and an
 interrupted recording resumes from its journal (`replay.run.journal`), which holds every
@@ -37,7 +37,8 @@ from replay.golden.store import write_golden
 from replay.utils.bits import same_bits
 from replay.utils.errors import GoldenFormatError
 
-CHUNK_ROWS = 1 << 18  # 262,144 rows a chunk: 1,024 requests of 256 tokens; 8 MiB of float64
+WHOLE_ROWS = 1 << 18  # the largest golden written whole (layout 2): 1,024 requests of 256 tokens
+CHUNK_ROWS = 1 << 16  # layout 3's rows a chunk: 2 MiB of float64 top-k rows of width 4
 
 
 class _Column:
@@ -113,18 +114,19 @@ class GoldenWriter:
     `finish`; as a context manager, an exception discards what was written (never the target)."""
 
     def __init__(self, target: Path, prefixes: list[np.ndarray], top_k: int, *,
-                 force: bool = False, chunk_rows: int = CHUNK_ROWS) -> None:
-        if chunk_rows < 1:
-            raise ValueError("chunk_rows must be >= 1")
+                 force: bool = False, chunk_rows: int = CHUNK_ROWS,
+                 whole_rows: int = WHOLE_ROWS) -> None:
+        if chunk_rows < 1 or whole_rows < 0:
+            raise ValueError("chunk_rows must be >= 1 and whole_rows >= 0")
         self.given = Path(target)
         self.target = Path(os.path.abspath(target))
         refuse_existing(self.target, force, "zarr.json")
-        self.force, self.chunk_rows = force, chunk_rows
+        self.force, self.chunk_rows, self.whole_limit = force, chunk_rows, whole_rows
         self.prefixes, self.top_k = prefixes, top_k
         self.pending: dict[int, RecordedRequest] = {}  # arrived before an earlier index
         self.next = 0  # the index the golden's order needs next
         self.whole: list[RecordedRequest] | None = []  # small golden: held, written by write_golden
-        self.whole_rows = 0
+        self.whole_held = 0
         self.tmp: Path | None = None
         self.group: zarr.Group | None = None
         self.columns: dict[str, _Column] = {}
@@ -142,7 +144,7 @@ class GoldenWriter:
         """Output positions held in memory now (early arrivals, a small golden, buffered rows)."""
         early = sum(len(r.output_ids) for r in self.pending.values())
         buffered = max((c.held for c in self.columns.values()), default=0)
-        return early + self.whole_rows + buffered
+        return early + self.whole_held + buffered
 
     @property
     def streaming(self) -> bool:
@@ -164,9 +166,9 @@ class GoldenWriter:
             self._stream(request)
             return
         self.whole.append(request)
-        self.whole_rows += len(request.output_ids)
-        if self.whole_rows > self.chunk_rows:  # too large for one chunk: layout 3 from now on
-            held, self.whole, self.whole_rows = self.whole, None, 0
+        self.whole_held += len(request.output_ids)
+        if self.whole_held > self.whole_limit:  # too large to hold: layout 3 from now on
+            held, self.whole, self.whole_held = self.whole, None, 0
             self._open()
             for r in held:
                 self._stream(r)

@@ -61,6 +61,18 @@ def input_ids(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
     return np.concatenate(parts).astype(np.int32)
 
 
+def input_lengths(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
+                  output_len_of: Callable[[int], int]) -> np.ndarray:
+    """The length of every node's input (`input_ids`' rule, counted instead of built), in one
+    pass over the tree (topological: a parent's length is known first)."""
+    lengths = np.zeros(len(nodes), dtype=np.int64)
+    for i, node in enumerate(nodes):
+        before = (lengths[node.parent] + output_len_of(node.parent) if node.parent >= 0
+                  else len(prefixes[node.group]))
+        lengths[i] = before + len(node.new_tokens)
+    return lengths
+
+
 def prompt_logprob_start(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
                          input_len_of: Callable[[int], int], i: int) -> int:
     """Where node i's prompt logprobs start (`logprob_start_len`): at its parent's input's end,
@@ -82,11 +94,16 @@ def cache_key(node: TreeNode, salted_groups: int) -> str | None:
 
 def with_ancestors(nodes: Sequence[TreeNode], keep: Iterable[int]) -> list[int]:
     """The indices in `keep` and all their ancestors, sorted (so still topological)."""
+    return closed_under_parents(lambda i: nodes[i].parent, keep)
+
+
+def closed_under_parents(parent_of: Callable[[int], int], keep: Iterable[int]) -> list[int]:
+    """`with_ancestors` given only each index's parent (`parent_of(i)`, -1 for a root)."""
     closed: set[int] = set()
     for i in keep:
         while i >= 0 and i not in closed:
             closed.add(i)
-            i = nodes[i].parent
+            i = parent_of(i)
     return sorted(closed)
 
 

@@ -48,9 +48,9 @@ def selector(golden: str) -> GoldenSelector:
     name."""
     path = Path(golden)
     if (path / "zarr.json").is_file():
-        from replay.golden.store import content_checksum, read_golden
+        from replay.golden.store import content_checksum, open_golden
 
-        return GoldenSelector(text=golden, digest=content_checksum(read_golden(path)))
+        return GoldenSelector(text=golden, digest=content_checksum(open_golden(path)))
     return GoldenSelector(text=golden)
 
 

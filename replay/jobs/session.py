@@ -31,11 +31,11 @@ from replay.utils.errors import (GoldenError, GoldenFormatError, ModelMismatch, 
 from replay.golden.fingerprint import model_identity, redact_url
 from replay.golden.model import Golden
 from replay.golden.meaning import check_meaning
-from replay.golden.store import content_checksum, read_golden, write_golden
+from replay.golden.store import content_checksum, open_golden, write_golden
 from replay.run.journal import Journal, journal_path
 from replay.run.recorder import RecordOptions, record, server_facts
 from replay.run.record_stream import Recorded, RequestSink, record_streamed
-from replay.golden.stream import CHUNK_ROWS, GoldenWriter
+from replay.golden.stream import GoldenWriter
 from replay.utils.redact import argv_secrets, scrub, scrubbed_errors, url_secrets
 from replay.run.replayer import ReplayOptions, replay
 from replay.report.document import RunSetup, report_dict
@@ -50,8 +50,9 @@ DEBUG_ENV = "GOLDEN_DEBUG"  # the CLI's --debug: an unexpected exception keeps i
 
 def load_golden(golden: Path | Golden, shard: str | None = None) -> Golden:
     """The golden to replay, its meaning checked (replay/golden/meaning.py), then sharded; its
-    `checksum` names the whole golden's content (a shard keeps it)."""
-    loaded = read_golden(golden) if isinstance(golden, Path) else golden
+    `checksum` names the whole golden's content (a shard keeps it). One on disk is checked
+    whole but read request by request as the replay goes (`open_golden`), never held."""
+    loaded = open_golden(golden) if isinstance(golden, Path) else golden
     check_meaning(loaded, str(golden) if isinstance(golden, Path) else "the golden")
     if loaded.checksum is None:
         loaded = replace(loaded, checksum=content_checksum(loaded))
@@ -231,13 +232,14 @@ def record_golden(plan: Plan, out: Path, target: ServerTarget,
                   client: ClientOptions = ClientOptions(), *, api: str = "auto",
                   force: bool = False, resume: bool = False,
                   progress: ProgressBar | None = None, notify: Notify | None = None,
-                  chunk_rows: int = CHUNK_ROWS) -> Recorded:
+                  chunk_rows: int | None = None) -> Recorded:
     """Record `plan` into the golden `out`, atomically. Completed requests are journalled beside
     `out` as they arrive, so an interrupted run continues with `resume`; the journal goes once
     the golden is written (or the reference proved non-deterministic). One recording (the
-    default) is written as it goes (replay.golden.stream: `chunk_rows` output positions a
-    chunk), so its memory does not grow with the golden; a determinism check (several
-    recordings, compared whole) is recorded in memory, then written."""
+    default) is written as it goes (replay.golden.stream), so its memory does not grow with the
+    golden; a determinism check (several recordings, compared whole) is recorded in memory,
+    then written. `chunk_rows` (tests): a golden larger than that many output positions is
+    written in chunks of that many (the writer's own sizes otherwise)."""
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite")
     journal = journal_path(out)
@@ -248,8 +250,10 @@ def record_golden(plan: Plan, out: Path, target: ServerTarget,
             write_golden(golden, out, force=force)
             recorded = recorded_summary(golden)
         else:
+            sizes = {} if chunk_rows is None else {"chunk_rows": chunk_rows,
+                                                    "whole_rows": chunk_rows}
             with GoldenWriter(out, plan.prefixes, plan.spec.top_k, force=force,
-                              chunk_rows=chunk_rows) as writer:
+                              **sizes) as writer:
                 recorded = _recording(plan, target, options, client, api, progress, notify,
                                       journal, resume, writer)
                 writer.finish(len(plan.requests), recorded.scenario, recorded.sampling,

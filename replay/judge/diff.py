@@ -27,6 +27,11 @@ LOGPROB_DRIFT = "logprob_drift"
 TOKEN_DIVERGENCE = "token_divergence"
 PROMPT_LOGPROB_DRIFT = "prompt_logprob_drift"
 POLICY_KINDS = ("exact", "kl", "ulp")
+# what an identical request keeps per position: nothing (one shared, read-only pair of arrays,
+# so a long replay's outcomes hold no array of their own)
+NO_DELTA = np.zeros(0, np.float64)
+NO_ULPS = np.zeros(0, np.int64)
+NO_DELTA.flags.writeable = NO_ULPS.flags.writeable = False
 
 
 class Outputs(Protocol):
@@ -87,7 +92,7 @@ class Policy:
         raise UsageError(f"invalid policy {text!r}: use exact, kl:THRESHOLD or ulp:N")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Divergence:
     """The first position where replay and golden differ."""
 
@@ -100,7 +105,7 @@ class Divergence:
     ulp: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestDiff:
     status: str  # identical | logprob_drift | token_divergence
     compared: int  # output positions compared (up to and including a token divergence)
@@ -113,7 +118,7 @@ class RequestDiff:
     ulp: np.ndarray  # ULP distance per compared position (int64); empty if identical
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PromptDiff:
     """Prompt logprobs (a golden recorded with `prompt_logprobs`), compared like output
     logprobs: bit patterns, position by position (the tokens are the inputs, so the same)."""
@@ -194,7 +199,7 @@ def diff_outputs(golden: Outputs, replay: Outputs, policy: Policy) -> RequestDif
                            same_members=bool(top_members_ok.all()))
     token_position = token_at if token_at >= 0 else None
     if status == IDENTICAL:  # nothing to show per position: keep memory flat on long runs
-        abs_delta, ulps = abs_delta[:0], ulps[:0]
+        abs_delta, ulps = NO_DELTA, NO_ULPS
     return RequestDiff(status, compared, first, token_position, max_ulp, mean_kl, passed,
                        abs_delta, ulps)
 
@@ -215,9 +220,7 @@ def _identical(golden: Outputs, replay: Outputs) -> RequestDiff | None:
             and np.array_equal(np.asarray(golden.top_logprobs, np.float64).view(np.uint64),
                                np.asarray(replay.top_logprobs, np.float64).view(np.uint64))):
         return None
-    empty = np.zeros(0, np.float64)
-    return RequestDiff(IDENTICAL, len(g_lp), None, None, 0, 0.0, True, empty,
-                       np.zeros(0, np.int64))
+    return RequestDiff(IDENTICAL, len(g_lp), None, None, 0, 0.0, True, NO_DELTA, NO_ULPS)
 
 
 def _first_divergence(g_ids, r_ids, g_lp, r_lp, ulps, lp_equal, top_ok, token_at, same_ctx):  # type: ignore[no-untyped-def]

@@ -19,8 +19,8 @@ SERVER_ID_MISMATCH = "server_id_mismatch"
 NO_HITS_WARNING = "no request was served from the cache"  # how the zero-hit warning starts
 
 
-@dataclass
-class RequestOutcome:
+@dataclass(slots=True)
+class RequestOutcome:  # slots: a replay of 100k requests holds 100k of these
     id: str
     repeat: int
     diff: RequestDiff

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -31,7 +31,7 @@ from replay.judge.diff import IDENTICAL, Policy, diff_outputs, diff_prompt_logpr
 from replay.utils.errors import ModelMismatch, NumericsMismatch, UsageError
 from replay.golden.fingerprint import model_identity, model_mismatch, source_meta, vocab_size
 from replay.golden.model import Golden
-from replay.golden.tree import cache_key
+from replay.golden.tree import cache_key, input_lengths
 from replay.judge.numerics import compare_numerics
 from replay.report.results import ReplayResult, RequestOutcome
 from replay.run.runner import check_schedule, run_nodes
@@ -109,7 +109,8 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
                                     conn.api.expect_cache_auto)
     expectation = with_eviction_pressure(expectation, server_info, footprint(golden))
     vocab = vocab_size(model_info, server_info)
-    inputs = [golden.input_ids(i) for i in range(len(golden.requests))]
+    nodes = golden.nodes
+    input_lens = input_lengths(nodes, golden.prefixes, lambda j: len(golden.output_of(j)))
     tally = HitTally()
     result = ReplayResult(
         golden=golden_name, server=conn.url, policy=str(options.policy),
@@ -122,8 +123,12 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     )
     lag = retraction_lag(server_info, expectation)
     salted = int(golden.scenario.get("salted", 0))
-    extras = [RequestExtras(r.prompt_logprob_start, cache_key(r, salted)) for r in golden.requests]
-    with_extras = golden.has_prompt_logprobs or salted
+    starts = golden.prompt_starts
+
+    def extras_for(i: int) -> RequestExtras:
+        return RequestExtras(starts[i], cache_key(nodes[i], salted))
+
+    with_extras = any(start >= 0 for start in starts) or salted
     for rep in range(options.repeat):
         await conn.flush_cache()
         if await conn.clear_storage(server_info):
@@ -133,21 +138,21 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
         def on_done(i: int, completion: Completion, rep: int = rep,
                     retractions: dict[int, int] = retractions) -> None:
             retractions[i] = completion.num_retractions
-            parent = golden.requests[i].parent
+            parent = nodes[i].parent
             allowed = lag if parent >= 0 and retractions.get(parent, 0) > 0 else 0
-            outcome = judge(golden, i, inputs, completion, rep, options.policy, expectation,
+            outcome = judge(golden, i, input_lens, completion, rep, options.policy, expectation,
                             allowed, salted)
             tally.add(completion.cached_tokens, completion.cached_details)
             result.outcomes.append(outcome)
             if progress:
-                progress(golden.requests[i].id, not outcome.passed)
+                progress(outcome.id, not outcome.passed)
 
         sources_before = await conn.hit_sources()
-        await run_nodes(conn, golden.requests, inputs.__getitem__, on_done,
+        await run_nodes(conn, nodes, golden.input_ids, on_done,
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab,
-                        extras_for=extras.__getitem__ if with_extras else None)
+                        extras_for=extras_for if with_extras else None)
         tally.add_sources(sources_before, await conn.hit_sources())
-    order = {r.id: i for i, r in enumerate(golden.requests)}
+    order = {node.id: i for i, node in enumerate(nodes)}
     result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
     result.hit_lengths = tally.histogram()
     result.tiers = dict(tally.tiers)
@@ -157,15 +162,17 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
 def shares_prefixes(golden: Golden) -> bool:
     """Whether any request could be served from the cache: a follow-up turn (its history) or a
     second request in a group (the group's prefix)."""
-    groups = Counter(r.group for r in golden.requests)
-    return any(r.parent >= 0 for r in golden.requests) or any(n > 1 for n in groups.values())
+    nodes = golden.nodes
+    groups = Counter(node.group for node in nodes)
+    return any(node.parent >= 0 for node in nodes) or any(n > 1 for n in groups.values())
 
 
 def footprint(golden: Golden) -> int:
     """The distinct tokens a golden puts through a prefix cache: each group's shared prefix once,
     then every request's own new tokens and its output (the radix tree it grows)."""
     prefixes = sum(len(p) for p in golden.prefixes)
-    return prefixes + sum(len(r.new_tokens) + len(r.output_ids) for r in golden.requests)
+    return prefixes + sum(len(node.new_tokens) + len(golden.output_of(i))
+                          for i, node in enumerate(golden.nodes))
 
 
 def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -> int:
@@ -178,17 +185,19 @@ def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -
     return max(0, expectation.interval - 1)
 
 
-def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completion, rep: int,
+def judge(golden: Golden, i: int, input_lens: Sequence[int], completion: Completion, rep: int,
           policy: Policy, expectation: CacheExpectation, lag: int = 0,
           salted: int = 0) -> RequestOutcome:
+    """Request i's outcome: its answer diffed against the golden's, its cache hit checked
+    (`input_lens`: every request's input length)."""
     req = golden.requests[i]
     diff = diff_outputs(req, completion, policy)
     prompt = (diff_prompt_logprobs(req.prompt_logprobs, completion.prompt_logprobs, policy)
               if req.prompt_logprobs is not None else None)
     history = output = 0
     if req.parent >= 0:
-        history = len(inputs[req.parent])
-        output = len(golden.requests[req.parent].output_ids)
+        history = int(input_lens[req.parent])
+        output = len(golden.output_of(req.parent))
     cap = req.prompt_logprob_start if req.prompt_logprob_start >= 0 else None
     key = cache_key(req, salted)
     if key is not None:  # a cache key of its own: nothing may be reused
@@ -196,7 +205,7 @@ def judge(golden: Golden, i: int, inputs: list[np.ndarray], completion: Completi
         expected = None
     else:
         problem = expectation.problem(turn=req.turn, history=history, output=output,
-                                      cached=completion.cached_tokens, prompt=len(inputs[i]),
+                                      cached=completion.cached_tokens, prompt=int(input_lens[i]),
                                       lag=lag, cap=cap)
         expected = (expectation.minimum(history, output, lag, cap)
                     if req.turn > 0 and expectation.kind != "none" else None)

@@ -47,9 +47,12 @@ async def run_nodes(
 ) -> None:
     """Run every node (or the indices in `only`: the others are already complete); the first
     error cancels the rest and propagates. `extras_for(i)`, when given, is what node i asks
-    beyond output logprobs (prompt logprobs, a cache key)."""
+    beyond output logprobs (prompt logprobs, a cache key). As many workers as the client lets
+    requests be in flight send them in the schedule's order, each building its request's input
+    only when it sends it: what is held does not grow with the tree."""
     check_schedule(schedule)
     todo = list(range(len(nodes))) if only is None else list(only)
+    shape = {i: (nodes[i].turn, nodes[i].group, nodes[i].branch, nodes[i].parent) for i in todo}
 
     async def one(i: int) -> None:
         node = nodes[i]
@@ -58,31 +61,59 @@ async def run_nodes(
                                          top_k=top_k, vocab_size=vocab_size, extras=extras)
         on_done(i, completion)
 
+    workers = conn.in_flight
     if schedule == "dag":
-        await _run_dag(nodes, todo, one)
+        await _run_dag(shape, one, workers)
         return
-    for turn in sorted({nodes[i].turn for i in todo}):
-        batch = [i for i in todo if nodes[i].turn == turn]
+    for turn in sorted({turn for turn, _, _, _ in shape.values()}):
+        batch = [i for i in todo if shape[i][0] == turn]
         if schedule == "interleave":
-            batch.sort(key=lambda i: (nodes[i].branch, nodes[i].group))
+            batch.sort(key=lambda i: (shape[i][2], shape[i][1]))
         else:
-            batch.sort(key=lambda i: (nodes[i].group, nodes[i].branch))
-        await _gather_all(one(i) for i in batch)
+            batch.sort(key=lambda i: (shape[i][1], shape[i][2]))
+        await _drain(batch, len(batch), one, workers, lambda i: ())
 
 
-async def _run_dag(nodes: Sequence[TreeNode], todo: list[int],
-                   one: Callable[[int], Awaitable[None]]) -> None:
-    done: dict[int, asyncio.Event] = {i: asyncio.Event() for i in todo}
+async def _run_dag(shape: dict[int, tuple[int, int, int, int]],
+                   one: Callable[[int], Awaitable[None]], workers: int) -> None:
+    """Each node as soon as its parent is done: roots first (by group, branch), then each
+    node's children join the queue when it completes."""
+    children: dict[int, list[int]] = {}
+    roots: list[int] = []
+    for i in sorted(shape, key=lambda i: (shape[i][0], shape[i][1], shape[i][2])):
+        parent = shape[i][3]
+        if parent in shape:  # a parent outside `todo` (e.g. resumed) is already complete
+            children.setdefault(parent, []).append(i)
+        else:
+            roots.append(i)
+    await _drain(roots, len(shape), one, workers, lambda i: children.pop(i, ()))
 
-    async def after_parent(i: int) -> None:
-        parent = nodes[i].parent
-        if parent in done:  # a parent outside `todo` (e.g. resumed) is already complete
-            await done[parent].wait()
-        await one(i)
-        done[i].set()
 
-    ordered = sorted(todo, key=lambda i: (nodes[i].turn, nodes[i].group, nodes[i].branch))
-    await _gather_all(after_parent(i) for i in ordered)
+async def _drain(first: list[int], total: int, one: Callable[[int], Awaitable[None]],
+                 workers: int, then: Callable[[int], Iterable[int]]) -> None:
+    """Run `one` on `total` nodes on at most `workers` workers, in queue order: `first`, then
+    what `then(i)` names once node i is done. The first failure cancels the other workers
+    (each waited for) and propagates."""
+    if total == 0:
+        return
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    for i in first:
+        queue.put_nowait(i)
+    count = max(1, min(workers, total))
+    left = total
+
+    async def worker() -> None:
+        nonlocal left
+        while (i := await queue.get()) is not None:
+            await one(i)
+            for child in then(i):
+                queue.put_nowait(child)
+            left -= 1
+            if left == 0:  # every node is done: let every worker go
+                for _ in range(count):
+                    queue.put_nowait(None)
+
+    await _gather_all(worker() for _ in range(count))
 
 
 async def _gather_all(coros) -> None:  # type: ignore[no-untyped-def]

@@ -34,6 +34,11 @@ class Connection:
     def url(self) -> str:
         return self.client.url
 
+    @property
+    def in_flight(self) -> int:
+        """How many requests the client lets be in flight at once (`--concurrency`)."""
+        return self.client.options.concurrency
+
     async def server_info(self) -> dict[str, Any]:
         return await self.api.server_info(self.client)
 

@@ -46,8 +46,11 @@ def golden(requests: int = 24, prompt: bool = False) -> Golden:
                   sampling={"temperature": 0.0}, meta={"server": "x"})
 
 
-def written(g: Golden, path: Path, chunk_rows: int, order: list[int] | None = None) -> GoldenWriter:
-    writer = GoldenWriter(path, g.prefixes, K, chunk_rows=chunk_rows)
+def written(g: Golden, path: Path, chunk_rows: int, order: list[int] | None = None,
+            whole_rows: int | None = None) -> GoldenWriter:
+    """`g` written by a GoldenWriter (held whole up to `whole_rows`, default `chunk_rows`)."""
+    writer = GoldenWriter(path, g.prefixes, K, chunk_rows=chunk_rows,
+                          whole_rows=chunk_rows if whole_rows is None else whole_rows)
     for i in order if order is not None else range(len(g.requests)):
         writer.add(i, g.requests[i])
     writer.finish(len(g.requests), g.scenario, g.sampling, g.meta)
@@ -103,9 +106,25 @@ def test_a_chunked_golden_is_stored_in_chunks_of_the_given_rows(tmp_path):
     assert len(list((tmp_path / "g.zarr" / "output_ids" / "c").iterdir())) == -(-240 // 32)
 
 
+def test_a_golden_of_at_most_whole_rows_is_written_whole_whatever_the_chunk_size(tmp_path):
+    writer = written(golden(), tmp_path / "g.zarr", chunk_rows=32, whole_rows=240)  # 240 positions
+    assert not writer.streaming
+    meta = json.loads((tmp_path / "g.zarr" / "output_ids" / "zarr.json").read_text())
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [240]
+
+
+def test_a_golden_past_whole_rows_is_written_in_chunks_of_chunk_rows(tmp_path):
+    g = golden()  # 240 positions
+    writer = written(g, tmp_path / "g.zarr", chunk_rows=16, whole_rows=100)
+    assert writer.streaming
+    meta = json.loads((tmp_path / "g.zarr" / "output_ids" / "zarr.json").read_text())
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [16]
+    same_requests(read_golden(tmp_path / "g.zarr"), g)
+
+
 def test_the_writer_holds_at_most_a_chunk_and_a_request_when_requests_arrive_in_order(tmp_path):
     g = golden(requests=40)
-    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32)
+    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32, whole_rows=32)
     most = 0
     for i, r in enumerate(g.requests):
         writer.add(i, r)
@@ -116,7 +135,7 @@ def test_the_writer_holds_at_most_a_chunk_and_a_request_when_requests_arrive_in_
 
 def test_a_request_that_arrives_early_is_held_until_the_ones_before_it_arrive(tmp_path):
     g = golden()
-    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32)
+    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32, whole_rows=32)
     for i in range(1, 6):
         writer.add(i, g.requests[i])
     assert writer.next == 0 and sorted(writer.pending) == [1, 2, 3, 4, 5]
@@ -127,7 +146,7 @@ def test_a_request_that_arrives_early_is_held_until_the_ones_before_it_arrive(tm
 def test_a_writer_interrupted_by_an_exception_leaves_neither_the_golden_nor_its_temp_directory(tmp_path):
     g = golden()
     with pytest.raises(KeyboardInterrupt):
-        with GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32) as writer:
+        with GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32, whole_rows=32) as writer:
             for i, r in enumerate(g.requests[:10]):
                 writer.add(i, r)
             assert writer.streaming
@@ -137,7 +156,7 @@ def test_a_writer_interrupted_by_an_exception_leaves_neither_the_golden_nor_its_
 
 def test_finishing_a_golden_with_a_request_never_given_is_refused(tmp_path):
     g = golden()
-    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32)
+    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32, whole_rows=32)
     for i, r in enumerate(g.requests):
         if i != 7:
             writer.add(i, r)

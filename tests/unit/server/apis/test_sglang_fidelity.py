@@ -93,7 +93,7 @@ def test_retractions_are_reported_per_request(golden):
 def _child_outcome(golden_path: Path, cached: int, lag: int):
     g = read_golden(golden_path)
     i = next(j for j, r in enumerate(g.requests) if r.turn == 1)
-    inputs = [g.input_ids(j) for j in range(len(g.requests))]
+    inputs = [len(g.input_ids(j)) for j in range(len(g.requests))]
     r = g.requests[i]
     completion = Completion(output_ids=r.output_ids, logprobs=r.logprobs, top_ids=r.top_ids,
                             top_logprobs=r.top_logprobs, cached_tokens=cached)

@@ -1,0 +1,210 @@
+"""A stored golden's requests, each read from disk when it is asked for.
+
+`replay.golden.store.open_golden` checks a golden whole (every checksum, its structure) by
+streaming its chunks, then hands out a `Golden` whose `requests` is a `StoredRequests`: a
+sequence that builds request i from the chunks that hold it (`replay.golden.chunks`, a few
+decoded chunks held per array), so a replay of 100k requests holds about as much as one of 1k.
+Request i is the very `RecordedRequest` the whole-golden reader gives (rank 0 of its top-k rows
+rebuilt from its chosen tokens and the `top1_exceptions`, float32 values widened on their bit
+patterns), with read-only arrays (they may share a held chunk). `nodes` walks the tree without
+reading any answer, and `select` keeps a subset (a shard, a minimized golden) without reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from replay.golden.checks import Unreadable
+from replay.golden.chunks import ChunkedArray
+from replay.golden.model import RecordedRequest
+from replay.golden.pack import Table
+from replay.golden.tree import TreeNode, closed_under_parents
+from replay.utils.bits import widen_float32
+from replay.utils.errors import GoldenFormatError
+
+
+@contextlib.contextmanager
+def reading(where: Path | str) -> Iterator[None]:
+    """A chunk that cannot be read (or changed since it was checked) becomes GoldenFormatError
+    naming the golden."""
+    try:
+        yield
+    except Unreadable as exc:
+        raise GoldenFormatError(f"{where}: {exc}") from None
+
+
+class StoredRequests(Sequence[RecordedRequest]):
+    """The requests of a checked stored golden, in golden order (`index`: which stored
+    requests, `parents`: their parents in this sequence; a `select` of another)."""
+
+    def __init__(self, attrs: dict[str, Any], table: Table, arrays: dict[str, ChunkedArray],
+                 index: np.ndarray | None = None, parents: np.ndarray | None = None) -> None:
+        self.where: Path | str = "the golden"  # named in a read's error (open_golden sets it)
+        self.attrs = attrs
+        self.table = table
+        self.arrays = arrays
+        self.k = int(attrs["top_k"])
+        n = len(attrs["request_ids"])
+        self.index = np.arange(n, dtype=np.int64) if index is None else index
+        self.parents = table.requests[:, 3].astype(np.int64) if parents is None else parents
+        lengths = np.diff(table.output_offsets)
+        top_lengths = lengths.copy()
+        top_lengths[attrs["no_top_requests"]] = 0
+        self.top_offsets = np.concatenate([[0], np.cumsum(top_lengths)]).astype(np.int64)
+        self.no_top = set(attrs["no_top_requests"])
+        prompt = attrs.get("prompt_logprobs")
+        self.prompt_starts_all = prompt["starts"] if prompt is not None else None
+        self.prompt_offsets = (np.concatenate([[0], np.cumsum(prompt["counts"], dtype=np.int64)])
+                               if prompt is not None else None)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @overload
+    def __getitem__(self, i: int) -> RecordedRequest: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RecordedRequest]: ...
+
+    def __getitem__(self, i: int | slice) -> RecordedRequest | list[RecordedRequest]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self._request(i)
+
+    def __iter__(self) -> Iterator[RecordedRequest]:
+        for i in range(len(self)):
+            yield self._request(i)
+
+    def iterate(self) -> Iterator[RecordedRequest]:
+        """Every request, a chunk that cannot be read raising `Unreadable` (for a reader that
+        retries: `store.read_golden`)."""
+        for i in range(len(self)):
+            yield self._read(i, int(self.index[i]))
+
+    @property
+    def nodes(self) -> Sequence[TreeNode]:
+        """The tree alone: request i's node, read without its answer."""
+        return _Nodes(self)
+
+    @property
+    def prompt_starts(self) -> list[int]:
+        """Where each request's prompt logprobs start (-1: none asked)."""
+        if self.prompt_starts_all is None:
+            return [-1] * len(self)
+        return [int(self.prompt_starts_all[s]) for s in self.index]
+
+    def select(self, keep: Sequence[int]) -> "StoredRequests":
+        """The requests at `keep` and their ancestors, parents remapped (`tree.subset`'s rule),
+        nothing read."""
+        kept = closed_under_parents(lambda i: int(self.parents[i]), keep)
+        new = {old: j for j, old in enumerate(kept)}
+        parents = np.array([new[int(self.parents[old])] if self.parents[old] >= 0 else -1
+                            for old in kept], dtype=np.int64)
+        selected = StoredRequests(self.attrs, self.table, self.arrays,
+                                  index=self.index[kept] if kept else np.zeros(0, np.int64),
+                                  parents=parents)
+        selected.where = self.where
+        return selected
+
+    def output_of(self, i: int) -> np.ndarray:
+        """Request i's output ids alone (what a later turn's input needs)."""
+        with reading(self.where):
+            return self._output(int(self.index[i]))
+
+    def node(self, i: int) -> TreeNode:
+        """Request i's node (its tree fields and new tokens), without its answer."""
+        with reading(self.where):
+            return self._node(i, int(self.index[i]))
+
+    def _request(self, i: int) -> RecordedRequest:
+        with reading(self.where):
+            return self._read(i, int(self.index[i]))
+
+    # The readers below raise `Unreadable`; the public methods above name the golden.
+
+    def _output(self, s: int) -> np.ndarray:
+        off = self.table.output_offsets
+        return self.arrays["output_ids"].rows(int(off[s]), int(off[s + 1]))
+
+    def _node(self, i: int, s: int) -> TreeNode:
+        group, branch, turn, _, max_new, _ = (int(v) for v in self.table.requests[s])
+        off = self.table.new_token_offsets
+        return TreeNode(id=self.attrs["request_ids"][s], group=group, branch=branch, turn=turn,
+                        parent=int(self.parents[i]),
+                        new_tokens=self.arrays["new_tokens"].rows(int(off[s]), int(off[s + 1])),
+                        max_new_tokens=max_new)
+
+    def _read(self, i: int, s: int) -> RecordedRequest:
+        node = self._node(i, s)
+        a, b = int(self.table.output_offsets[s]), int(self.table.output_offsets[s + 1])
+        ids = self._output(s)
+        lps = _float64(self.arrays["logprobs"].rows(a, b))
+        top: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
+        if self.k > 0 and s not in self.no_top:
+            top = self._top(int(self.top_offsets[s]), ids, lps)
+        prompt: dict[str, Any] = {}
+        start = -1 if self.prompt_starts_all is None else int(self.prompt_starts_all[s])
+        if start >= 0 and self.prompt_offsets is not None:
+            p, q = int(self.prompt_offsets[s]), int(self.prompt_offsets[s + 1])
+            prompt = {"prompt_logprob_start": start,
+                      "prompt_logprobs": _float64(self.arrays["prompt_logprobs"].rows(p, q))}
+        return RecordedRequest(
+            id=node.id, group=node.group, branch=node.branch, turn=node.turn,
+            parent=node.parent, new_tokens=node.new_tokens, max_new_tokens=node.max_new_tokens,
+            output_ids=ids, logprobs=lps,
+            cached_tokens=int(self.table.requests[s, 5]),
+            cached_details=self.attrs["cached_tokens_details"][s],
+            finish_reason=self.attrs["finish_reasons"][s],
+            num_retractions=int(self.table.num_retractions[s]),
+            **top, **prompt)
+
+    def _top(self, t: int, ids: np.ndarray, lps: np.ndarray) -> dict[str, np.ndarray | None]:
+        n = len(ids)
+        top1 = self.table.top1
+        if top1 is None:  # layout 1: stored whole
+            return {"top_ids": self.arrays["top_ids"].rows(t, t + n),
+                    "top_logprobs": _float64(self.arrays["top_logprobs"].rows(t, t + n))}
+        top_ids = np.empty((n, self.k), dtype=np.int32)
+        top_lps = np.empty((n, self.k), dtype=np.float64)
+        top_ids[:, 0], top_lps[:, 0] = ids, lps
+        top_ids[:, 1:] = self.arrays["top_ids_rest"].rows(t, t + n)
+        top_lps[:, 1:] = _float64(self.arrays["top_logprobs_rest"].rows(t, t + n))
+        lo, hi = np.searchsorted(top1.rows, [t, t + n])
+        rows = top1.rows[lo:hi] - t
+        top_ids[rows, 0], top_lps[rows, 0] = top1.ids[lo:hi], top1.values[lo:hi]
+        top_ids.flags.writeable = top_lps.flags.writeable = False
+        return {"top_ids": top_ids, "top_logprobs": top_lps}
+
+
+class _Nodes(Sequence[TreeNode]):
+    """A `StoredRequests`' tree: node i read without its answer."""
+
+    def __init__(self, requests: StoredRequests) -> None:
+        self.requests = requests
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self.requests.node(j) for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self.requests.node(i % len(self))
+
+
+def _float64(values: np.ndarray) -> np.ndarray:
+    """Stored logprobs as float64 with the very bits: float32 widened on its bit patterns."""
+    if values.dtype == np.float32:
+        wide = widen_float32(values)
+        wide.flags.writeable = False
+        return wide
+    return values

@@ -1,0 +1,137 @@
+"""A golden opened from disk (`open_golden`): checked whole, then read request by request, each
+request the very one the whole-golden reader gives, holding only a few chunks, and never a mix
+of two goldens when the directory changes under it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay.golden.model import SupportsNodes, subset_golden
+from replay.golden.store import open_golden, read_golden
+from replay.golden.stored import StoredRequests
+from replay.utils.errors import GoldenFormatError
+from tests.support import paths
+from tests.unit.golden.test_stream import golden, same_requests, written
+
+COMMITTED = Path(__file__).resolve().parents[3] / "goldens"
+
+
+def chunked(tmp_path: Path, requests: int = 24, prompt: bool = False, rows: int = 32,
+            whole: int = 32) -> Path:
+    """A layout-3 golden of `requests` (more than `whole` positions), in chunks of `rows`."""
+    written(golden(requests, prompt=prompt), tmp_path / "g.zarr", chunk_rows=rows,
+            whole_rows=whole)
+    return tmp_path / "g.zarr"
+
+
+@pytest.mark.parametrize("name", ["hicache-branching", "deep", "wide", "single"])
+def test_a_committed_golden_opened_gives_the_requests_read_golden_gives(name):
+    opened = open_golden(COMMITTED / f"{name}.zarr")
+    same_requests(opened, read_golden(COMMITTED / f"{name}.zarr"))
+
+
+def test_a_layout_1_golden_opened_gives_the_requests_read_golden_gives():
+    path = paths.DATA / "layout1" / "hicache-branching.zarr"
+    same_requests(open_golden(path), read_golden(path))
+
+
+@pytest.mark.parametrize("prompt", [False, True])
+def test_a_chunked_golden_opened_gives_the_requests_it_was_written_with(tmp_path, prompt):
+    opened = open_golden(chunked(tmp_path, prompt=prompt))
+    assert isinstance(opened.requests, StoredRequests)
+    same_requests(opened, golden(prompt=prompt))
+
+
+def test_an_opened_golden_holds_at_most_two_chunks_of_each_array_whatever_is_read(tmp_path):
+    opened = open_golden(chunked(tmp_path, requests=40, rows=16))
+    stored = opened.requests
+    assert isinstance(stored, StoredRequests)
+    for i in [*range(len(stored)), *reversed(range(len(stored)))]:
+        stored[i]
+        opened.input_ids(i)
+        assert all(len(a._held) <= 2 for a in stored.arrays.values())
+
+
+def test_the_arrays_of_an_opened_golden_cannot_be_written_by_mistake(tmp_path):
+    request = open_golden(chunked(tmp_path)).requests[3]
+    with pytest.raises(ValueError):
+        request.logprobs[0] = 0.0
+    with pytest.raises(ValueError):
+        request.top_ids[0, 0] = 1
+
+
+def test_read_golden_gives_requests_with_writable_arrays_of_their_own(tmp_path):
+    read = read_golden(chunked(tmp_path))
+    assert isinstance(read.requests, list)
+    read.requests[0].logprobs[0] = 0.0
+    assert read.requests[1].logprobs.flags.writeable and read.requests[1].logprobs.base is None
+
+
+def test_a_golden_replaced_after_it_was_opened_is_an_error_not_a_mix_of_two(tmp_path):
+    path = chunked(tmp_path)
+    opened = open_golden(path)
+    other = golden()
+    other.requests[20].logprobs[:] = -0.25  # another recording, same shape
+    shutil.rmtree(path)
+    written(other, path, chunk_rows=32)
+    with pytest.raises(GoldenFormatError, match="changed while the golden was read"):
+        [r.logprobs for r in opened.requests]
+
+
+def test_a_chunk_deleted_after_the_golden_was_opened_is_an_error_naming_the_golden(tmp_path):
+    path = chunked(tmp_path)
+    opened = open_golden(path)
+    for chunk in (path / "top_logprobs_rest" / "c").rglob("*"):
+        if chunk.is_file():
+            chunk.unlink()
+    with pytest.raises(GoldenFormatError, match=f"{path}: unreadable chunk"):
+        list(opened.requests)
+
+
+def test_the_tree_of_an_opened_golden_is_walked_without_reading_any_answer(tmp_path):
+    opened = open_golden(chunked(tmp_path))
+    stored = opened.requests
+    assert isinstance(stored, SupportsNodes)
+    nodes = list(opened.nodes)
+    assert [(n.id, n.parent, n.turn) for n in nodes] == [
+        (r.id, r.parent, r.turn) for r in golden().requests]
+    assert not any(stored.arrays[name]._held for name in ("logprobs", "top_ids_rest",
+                                                          "top_logprobs_rest"))
+
+
+def test_a_subset_of_an_opened_golden_is_the_subset_of_the_golden_in_memory(tmp_path):
+    opened = open_golden(chunked(tmp_path))
+    keep = [5, 17, 23]
+    sub = subset_golden(opened, keep, shard={"index": 1})
+    assert isinstance(sub.requests, StoredRequests)
+    same_requests(sub, subset_golden(golden(), keep))
+    assert sub.meta["shard"] == {"index": 1}
+
+
+def test_an_opened_golden_rebuilds_every_input_as_the_golden_in_memory_does(tmp_path):
+    opened, whole = open_golden(chunked(tmp_path)), golden()
+    for i in range(len(whole.requests)):
+        assert opened.input_ids(i).tobytes() == whole.input_ids(i).tobytes()
+
+
+def test_a_top1_exception_lands_on_its_own_row_when_a_request_spans_two_chunks(tmp_path):
+    # chunks of 7 rows: every request of 10 positions crosses a chunk boundary
+    opened = open_golden(chunked(tmp_path, rows=7))
+    for r in opened.requests:
+        assert r.top_ids[3, 0] == 499 and np.array_equal(r.top_ids[4:, 0], r.output_ids[4:])
+
+
+def test_opening_a_golden_holds_no_chunk_of_any_array(tmp_path):
+    # chunks of 4,096 rows: the request table's one chunk is padded far past its 24 rows
+    path = chunked(tmp_path, rows=4096)
+    stored = open_golden(path).requests
+    assert isinstance(stored, StoredRequests)
+    meta = json.loads((path / "requests" / "zarr.json").read_text())
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"][0] == 4096
+    assert {name: len(a._held) for name, a in stored.arrays.items()} == {
+        name: 0 for name in stored.arrays}
