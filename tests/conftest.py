@@ -48,10 +48,13 @@ def pytest_configure(config):
 E2E_GROUP = {"pd": "sglang_cpu"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Everything under tests/e2e/ is marked `e2e`, so no e2e test can forget its marker. Each e2e
     kind is one `xdist_group` (its servers and session fixtures stay on one worker), and so is
-    each integration module (its module fixtures are made once)."""
+    each integration module (its module fixtures are made once). First of its kind: xdist's own
+    hook names each test's group from these marks, and a mark made after it groups nothing
+    (until 2026-12-05 every module fixture of an e2e kind was made once per worker)."""
     for item in items:
         parts = item.path.relative_to(config.rootpath).parts
         if "e2e" in parts[:2]:

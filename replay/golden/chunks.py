@@ -25,7 +25,7 @@ from numcodecs import Blosc, Zstd
 from replay.golden.checks import Unreadable, check_blosc_chunk, first_line
 from replay.golden.limits import zstd_content_size
 
-KEEP_CHUNKS = 2  # decoded chunks held per array: a turn's rows and its parents' rows
+KEEP_CHUNKS = 2  # decoded chunks held per array by default: a request's rows may span two
 
 
 @dataclass(frozen=True)

@@ -69,17 +69,22 @@ class Golden:
     # which covers every array's sha256 and all metadata); kept by subsets (a shard names the
     # whole golden it came from), never written (the store computes its own). None in memory.
     checksum: str | None = field(default=None, compare=False)
+    # whether `requests` is read from disk (`SupportsNodes`): asked once, not on every access
+    stored: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.stored = isinstance(self.requests, SupportsNodes)
 
     @property
     def nodes(self) -> Sequence[TreeNode]:
         """The tree without the answers (cheap to walk, whatever holds the requests)."""
-        return self.requests.nodes if isinstance(self.requests, SupportsNodes) else self.requests
+        return self.requests.nodes if self.stored else self.requests  # type: ignore[attr-defined]
 
     @property
     def prompt_starts(self) -> list[int]:
         """Each request's `prompt_logprob_start` (-1: no prompt logprobs)."""
-        if isinstance(self.requests, SupportsNodes):
-            return self.requests.prompt_starts
+        if self.stored:
+            return self.requests.prompt_starts  # type: ignore[attr-defined]
         return [r.prompt_logprob_start for r in self.requests]
 
     @property
@@ -101,8 +106,8 @@ class Golden:
 
     def output_of(self, i: int) -> np.ndarray:
         """Request i's recorded output ids."""
-        if isinstance(self.requests, SupportsNodes):
-            return self.requests.output_of(i)
+        if self.stored:
+            return self.requests.output_of(i)  # type: ignore[attr-defined]
         return self.requests[i].output_ids
 
     def input_ids(self, i: int) -> np.ndarray:

@@ -271,6 +271,11 @@ def _open(path: Path, *, verify: bool) -> _Opened:
     return _Opened(path=path, group=group, attrs=attrs, version=version)
 
 
+# Decoded chunks a replay holds per array: a request's own rows may span two chunks, and the
+# output ids also serve the inputs of the next turn (its parents' rows: two more).
+KEEP = {"output_ids": 4}
+
+
 def _vet_arrays(opened: _Opened) -> tuple[dict[str, ChunkedArray], list[str]]:
     """Every expected array, its metadata vetted, ready to be read chunk by chunk. Problems
     are collected per array so that verify_golden can report them all."""
@@ -280,7 +285,7 @@ def _vet_arrays(opened: _Opened) -> tuple[dict[str, ChunkedArray], list[str]]:
                 for name in opened.attrs["arrays"] if name not in expected]
     for name in expected:
         try:
-            arrays[name] = ChunkedArray(_vet_array(opened, name))
+            arrays[name] = ChunkedArray(_vet_array(opened, name), keep=KEEP.get(name, 2))
         except Unreadable as exc:
             problems.append(f"array {name}: {exc}")
     return arrays, problems

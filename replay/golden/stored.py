@@ -135,7 +135,7 @@ class StoredRequests(Sequence[RecordedRequest]):
         return self.arrays["output_ids"].rows(int(off[s]), int(off[s + 1]))
 
     def _node(self, i: int, s: int) -> TreeNode:
-        group, branch, turn, _, max_new, _ = (int(v) for v in self.table.requests[s])
+        group, branch, turn, _, max_new, _ = self.table.requests[s].tolist()
         off = self.table.new_token_offsets
         return TreeNode(id=self.attrs["request_ids"][s], group=group, branch=branch, turn=turn,
                         parent=int(self.parents[i]),

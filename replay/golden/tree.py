@@ -49,15 +49,16 @@ def input_ids(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
     """The exact input tokens of node i: prefix, then along the chain of ancestors each one's new
     tokens and output, then node i's own new tokens. `output_of(j)` is node j's output ids (the
     recorded ones at replay, the live ones while recording)."""
-    chain = [i]
-    while nodes[chain[-1]].parent >= 0:
-        chain.append(nodes[chain[-1]].parent)
+    chain = [(i, nodes[i])]  # each node read once (a stored golden reads it from disk)
+    while chain[-1][1].parent >= 0:
+        parent = chain[-1][1].parent
+        chain.append((parent, nodes[parent]))
     chain.reverse()
-    parts: list[np.ndarray] = [np.asarray(prefixes[nodes[chain[0]].group])]
-    for j in chain[:-1]:
-        parts.append(nodes[j].new_tokens)
+    parts: list[np.ndarray] = [np.asarray(prefixes[chain[0][1].group])]
+    for j, node in chain[:-1]:
+        parts.append(node.new_tokens)
         parts.append(output_of(j))
-    parts.append(nodes[i].new_tokens)
+    parts.append(chain[-1][1].new_tokens)
     return np.concatenate(parts).astype(np.int32)
 
 

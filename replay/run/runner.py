@@ -52,7 +52,7 @@ async def run_nodes(
     only when it sends it: what is held does not grow with the tree."""
     check_schedule(schedule)
     todo = list(range(len(nodes))) if only is None else list(only)
-    shape = {i: (nodes[i].turn, nodes[i].group, nodes[i].branch, nodes[i].parent) for i in todo}
+    shape = {i: _shape(nodes[i]) for i in todo}
 
     async def one(i: int) -> None:
         node = nodes[i]
@@ -72,6 +72,10 @@ async def run_nodes(
         else:
             batch.sort(key=lambda i: (shape[i][1], shape[i][2]))
         await _drain(batch, len(batch), one, workers, lambda i: ())
+
+
+def _shape(node: TreeNode) -> tuple[int, int, int, int]:
+    return node.turn, node.group, node.branch, node.parent
 
 
 async def _run_dag(shape: dict[int, tuple[int, int, int, int]],
