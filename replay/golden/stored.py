@@ -13,6 +13,7 @@ reading any answer, and `select` keeps a subset (a shard, a minimized golden) wi
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -57,6 +58,9 @@ class StoredRequests(Sequence[RecordedRequest]):
         top_lengths[attrs["no_top_requests"]] = 0
         self.top_offsets = np.concatenate([[0], np.cumsum(top_lengths)]).astype(np.int64)
         self.no_top = set(attrs["no_top_requests"])
+        # one string object per distinct reason (JSON gives one per request): same values
+        attrs["finish_reasons"] = [sys.intern(r) if isinstance(r, str) else r
+                                   for r in attrs["finish_reasons"]]
         prompt = attrs.get("prompt_logprobs")
         self.prompt_starts_all = prompt["starts"] if prompt is not None else None
         self.prompt_offsets = (np.concatenate([[0], np.cumsum(prompt["counts"], dtype=np.int64)])

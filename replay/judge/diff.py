@@ -14,6 +14,7 @@ A `Policy` turns the measurements into pass/fail:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -220,7 +221,14 @@ def _identical(golden: Outputs, replay: Outputs) -> RequestDiff | None:
             and np.array_equal(np.asarray(golden.top_logprobs, np.float64).view(np.uint64),
                                np.asarray(replay.top_logprobs, np.float64).view(np.uint64))):
         return None
-    return RequestDiff(IDENTICAL, len(g_lp), None, None, 0, 0.0, True, NO_DELTA, NO_ULPS)
+    return identical_diff(len(g_lp))
+
+
+@functools.lru_cache(maxsize=64)
+def identical_diff(compared: int) -> RequestDiff:
+    """The diff of an identical answer of `compared` positions: one shared (frozen) instance
+    per length, so a replay of 100k identical requests holds a handful."""
+    return RequestDiff(IDENTICAL, compared, None, None, 0, 0.0, True, NO_DELTA, NO_ULPS)
 
 
 def _first_divergence(g_ids, r_ids, g_lp, r_lp, ulps, lp_equal, top_ok, token_at, same_ctx):  # type: ignore[no-untyped-def]

@@ -199,13 +199,26 @@ def facts_of(result: ReplayResult) -> RunFacts:
 
 def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy: str,
                 error: str | None = None, setup: RunSetup | None = None) -> dict[str, Any]:
-    """The document of one replay (`result` None: it reached no verdict, `error` says why)."""
+    """The document of one replay (`result` None: it reached no verdict, `error` says why).
+    The result's outcomes move into the document: each becomes its entry and leaves
+    `result.outcomes`, so a replay of 100k requests never holds both at once."""
     if result is None:
         return build_report([], None, golden=golden, server=server, policy=policy, error=error,
                             setup=setup)
+    facts = facts_of(result)
+    return build_report(_entries(result), facts, golden=golden, server=server, policy=policy,
+                        error=error, setup=setup)
+
+
+def _entries(result: ReplayResult) -> list[dict[str, Any]]:
+    """The request entries, in order, each outcome dropped once its entry is made."""
     with_control = result.control is not None
-    return build_report([outcome_dict(o, with_control) for o in result.outcomes], facts_of(result),
-                        golden=golden, server=server, policy=policy, error=error, setup=setup)
+    outcomes, result.outcomes = result.outcomes, []
+    outcomes.reverse()
+    entries = []
+    while outcomes:
+        entries.append(outcome_dict(outcomes.pop(), with_control))
+    return entries
 
 
 def build_report(requests: list[dict[str, Any]], facts: RunFacts | None, *, golden: str,

@@ -133,17 +133,20 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
         await conn.flush_cache()
         if await conn.clear_storage(server_info):
             result.storage_cleared += 1
-        retractions: dict[int, int] = {}
+        retracted: set[int] = set()  # requests the server retracted (few: a set, not a table)
+        placed: list[RequestOutcome | None] = [None] * len(nodes)  # golden order, as they come
 
         def on_done(i: int, completion: Completion, rep: int = rep,
-                    retractions: dict[int, int] = retractions) -> None:
-            retractions[i] = completion.num_retractions
+                    retracted: set[int] = retracted,
+                    placed: list[RequestOutcome | None] = placed) -> None:
+            if completion.num_retractions > 0:
+                retracted.add(i)
             parent = nodes[i].parent
-            allowed = lag if parent >= 0 and retractions.get(parent, 0) > 0 else 0
+            allowed = lag if parent in retracted else 0
             outcome = judge(golden, i, input_lens, completion, rep, options.policy, expectation,
                             allowed, salted)
             tally.add(completion.cached_tokens, completion.cached_details)
-            result.outcomes.append(outcome)
+            placed[i] = outcome
             if progress:
                 progress(outcome.id, not outcome.passed)
 
@@ -152,8 +155,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab,
                         extras_for=extras_for if with_extras else None)
         tally.add_sources(sources_before, await conn.hit_sources())
-    order = {node.id: i for i, node in enumerate(nodes)}
-    result.outcomes.sort(key=lambda o: (o.repeat, order[o.id]))
+        result.outcomes += [o for o in placed if o is not None]
     result.hit_lengths = tally.histogram()
     result.tiers = dict(tally.tiers)
     return result
