@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from replay.golden.atomic_dir import publish, refuse_existing, staging_sibling
 from replay.golden.checks import check_tree, request_problems
 from replay.golden.codec import (RequestColumns, array_entry, as_float64, concat_int32,
                                  root_attrs)
-from replay.golden.layout import BLOSC_CONFIG, CHUNKED_VERSION
+from replay.golden.layout import BLOSC_CONFIG, CHUNKED_VERSION, REQUEST_COLUMNS_V2
 from replay.golden.model import Golden, RecordedRequest
 from replay.golden.store import write_golden
 from replay.utils.bits import same_bits
@@ -39,6 +41,7 @@ from replay.utils.errors import GoldenFormatError
 
 WHOLE_ROWS = 1 << 18  # the largest golden written whole (layout 2): 1,024 requests of 256 tokens
 CHUNK_ROWS = 1 << 16  # layout 3's rows a chunk: 2 MiB of float64 top-k rows of width 4
+TABLE_WIDTH = len(REQUEST_COLUMNS_V2)
 
 
 class _Column:
@@ -59,14 +62,15 @@ class _Column:
             fill_value=0, config={"write_empty_chunks": True})
         self.parts: list[np.ndarray] = []
         self.held = 0  # rows buffered, not yet written
-        self.rows = 0  # rows given in all
+        self.rows_given = 0  # rows given in all
+        self.read_back: tuple[int, int, np.ndarray] | None = None  # (chunk, first row, rows)
 
     def extend(self, rows: np.ndarray) -> None:
         if len(rows) == 0:
             return
         self.parts.append(np.ascontiguousarray(rows, dtype=self.dtype))
         self.held += len(rows)
-        self.rows += len(rows)
+        self.rows_given += len(rows)
         while self.held >= self.chunk_rows:
             self._flush(self.chunk_rows)
 
@@ -79,6 +83,27 @@ class _Column:
             self.array.append(head)
         self.parts = [rest] if len(rest) else []
         self.held -= n
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of what was given so far: from the buffer, or read back from the chunks
+        already written (the last one read is kept: a turn's parents are read in order)."""
+        written = self.rows_given - self.held
+        if b <= a:
+            return np.zeros((0, *self.array.shape[1:]), dtype=self.dtype)
+        if a >= written:
+            buffered = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
+            if len(self.parts) > 1:
+                self.parts = [buffered]
+            return buffered[a - written:b - written]
+        if b > written:
+            return np.concatenate([self.rows(a, written), self.rows(written, b)])
+        c = a // self.chunk_rows
+        if self.read_back is None or self.read_back[0] != c or (b - 1) // self.chunk_rows != c:
+            first = c * self.chunk_rows
+            last = min(written, ((b - 1) // self.chunk_rows + 1) * self.chunk_rows)
+            self.read_back = (c, first, np.asarray(self.array[first:last]))
+        _, first, held = self.read_back
+        return held[a - first:b - first]
 
     def close(self) -> dict[str, Any]:
         """Write what is left; the array's entry in the root attributes (its sha256 read back
@@ -96,11 +121,13 @@ class _Column:
 
 @dataclass
 class _Tables:
-    """What the writer keeps of every request: a few numbers and strings, never its arrays."""
+    """What the writer keeps of every request: a few numbers and strings, never its arrays
+    (the numbers in flat machine arrays: a few dozen bytes a request)."""
 
-    rows: list[list[int]] = field(default_factory=list)  # the layout-2 request table
-    parents: list[int] = field(default_factory=list)
-    groups: list[int] = field(default_factory=list)
+    rows: array = field(default_factory=lambda: array("i"))  # the layout-2 table, row after row
+    parents: array = field(default_factory=lambda: array("i"))
+    groups: array = field(default_factory=lambda: array("i"))
+    output_starts: array = field(default_factory=lambda: array("q"))  # each request's first row
     columns: RequestColumns = field(default_factory=lambda: RequestColumns([], [], [], []))
     prompt_starts: list[int] = field(default_factory=list)
     prompt_counts: list[int] = field(default_factory=list)
@@ -161,6 +188,22 @@ class GoldenWriter:
             self._take(self.pending.pop(self.next))
             self.next += 1
 
+    def output_of(self, index: int) -> np.ndarray:
+        """The output ids of request `index`, given earlier: a later turn's input is built from
+        them, read back from what the writer holds or has written (so a recording need not
+        hold them itself)."""
+        if index in self.pending:
+            return self.pending[index].output_ids
+        if index >= self.next:
+            raise KeyError(index)
+        if self.whole is not None:
+            return self.whole[index].output_ids
+        start = self.tables.output_starts[index]
+        end = (self.tables.output_starts[index + 1] if index + 1 < len(self.tables.output_starts)
+               else self.columns["output_ids"].rows_given)
+        with zarr.config.set({"json_indent": None}):
+            return self.columns["output_ids"].rows(start, end)
+
     def _take(self, request: RecordedRequest) -> None:
         if self.whole is None:
             self._stream(request)
@@ -194,17 +237,19 @@ class GoldenWriter:
         return self.columns[name]
 
     def _stream(self, r: RecordedRequest) -> None:
-        t, i = self.tables, len(self.tables.rows)
+        t, i = self.tables, len(self.tables.parents)
         ids = concat_int32([r.output_ids], "output_ids")
         lps = as_float64(r.logprobs, "logprobs")
         new = concat_int32([r.new_tokens], "new_tokens")
-        t.rows.append([int(r.group), int(r.branch), int(r.turn), int(r.parent),
+        t.output_starts.append(self.columns["output_ids"].rows_given)
+        t.rows.extend([int(r.group), int(r.branch), int(r.turn), int(r.parent),
                        int(r.max_new_tokens), int(r.cached_tokens), int(r.num_retractions),
                        len(new), len(ids)])
         t.parents.append(int(r.parent))
         t.groups.append(int(r.group))
         t.columns.ids.append(r.id)
-        t.columns.finish_reasons.append(r.finish_reason)
+        t.columns.finish_reasons.append(sys.intern(r.finish_reason)
+                                        if isinstance(r.finish_reason, str) else r.finish_reason)
         t.columns.cached_details.append(r.cached_details)
         t.new_tokens += len(new)
         with zarr.config.set({"json_indent": None}):
@@ -267,13 +312,13 @@ class GoldenWriter:
             raise GoldenFormatError(f"cannot write golden: {problems[0]}")
         assert self.group is not None and self.tmp is not None
         with zarr.config.set({"json_indent": None}):
-            self._column("requests", "int32", len(t.rows[0]) if t.rows else 9).extend(
-                np.array(t.rows, dtype=np.int32).reshape(len(t.rows), -1))
+            self._column("requests", "int32", TABLE_WIDTH).extend(
+                np.frombuffer(t.rows, dtype=np.int32).reshape(-1, TABLE_WIDTH))
             entries = {name: c.close() for name, c in self.columns.items()}
-            counts = {"groups": len(self.prefixes), "requests": len(t.rows),
+            counts = {"groups": len(self.prefixes), "requests": len(t.parents),
                       "prefix_tokens": int(sum(len(p) for p in self.prefixes)),
                       "new_tokens": t.new_tokens,
-                      "output_tokens": self.columns["output_ids"].rows,
+                      "output_tokens": self.columns["output_ids"].rows_given,
                       "top_rows": t.top_rows}
             extra: dict[str, Any] = {"prefix_lengths": [len(p) for p in self.prefixes]}
             if self.top_k > 0:

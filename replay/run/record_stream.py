@@ -3,15 +3,17 @@
 `record` (replay.run.recorder) returns the whole golden in memory, which a determinism check
 needs (it compares whole recordings). One recording (`check_determinism` 1, the default) needs
 no such thing: each answer is checked, journalled, turned into the request the golden stores
-and handed to a `GoldenWriter` (replay.golden.stream), which writes it out chunk by chunk. What
-stays in memory is the output ids later turns are built from and a few numbers per request, so
-the memory of `golden record` does not grow with the answers (docs/benchmarks.md).
+and handed to a `GoldenWriter` (replay.golden.stream), which writes it out chunk by chunk and
+gives back the output ids later turns are built from. What stays in memory is a few numbers per
+request, so the memory of `golden record` does not grow with the answers (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import numpy as np
 
 from replay.golden.tree import input_ids
 from replay.golden.model import RecordedRequest
@@ -24,9 +26,12 @@ from replay.server.connection import Connection
 
 
 class RequestSink(Protocol):
-    """Where recorded requests go as they complete (a `GoldenWriter`)."""
+    """Where recorded requests go as they complete (a `GoldenWriter`), which gives back the
+    output ids of one it was given (what a later turn's input is built from)."""
 
     def add(self, index: int, request: RecordedRequest) -> None: ...
+
+    def output_of(self, index: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -60,21 +65,18 @@ async def record_streamed(conn: Connection, plan: Plan, options: RecordOptions,
     facts = await prepare_recording(conn, plan, options, facts)
     if options.reference == CACHED and not already:  # a cached reference starts from empty
         await conn.flush_cache()
-    outputs: dict[int, Any] = {}  # the output ids the input lengths of prompt logprobs need
-    last_turn = max((r.turn for r in plan.requests), default=0)
     recorded = Recorded(scenario=plan.spec.to_dict(), sampling=dict(SAMPLING))
 
-    def input_len(j: int) -> int:
-        return len(input_ids(plan.requests, plan.prefixes, outputs.__getitem__, j))
+    def input_len(j: int) -> int:  # j is i itself or an ancestor, which the sink has
+        return len(input_ids(plan.requests, plan.prefixes, sink.output_of, j))
 
     def keep(i: int, completion: Completion) -> None:
-        if plan.requests[i].turn < last_turn:
-            outputs[i] = completion.output_ids
         request = recorded_request(plan, i, completion, input_len)
         recorded.count(request, bool(completion.misreported_ids))
         sink.add(i, request)
 
     await record_pass(conn, plan, keep, schedule=options.schedule, vocab=facts.vocab,
-                      progress=progress, journal=journal, already=already)
+                      progress=progress, journal=journal, already=already,
+                      output_of=sink.output_of)
     recorded.meta = recording_meta(conn, facts, options, recorded.misreported)
     return recorded

@@ -74,20 +74,22 @@ async def record_once(conn: Connection, plan: Plan, *, schedule: str, vocab: int
 async def record_pass(conn: Connection, plan: Plan, keep: Keep, *, schedule: str,
                       vocab: int | None, progress: Progress | None = None,
                       journal: Journal | None = None,
-                      already: dict[int, Completion] | None = None) -> None:
+                      already: dict[int, Completion] | None = None,
+                      output_of: Callable[[int], np.ndarray] | None = None) -> None:
     """One recording of the plan, each completion handed to `keep` as it completes (those in
-    `already`, from a journal, first and not sent again). Of the answers only the output ids a
-    later turn's input needs are held here (none of the last turn's)."""
+    `already`, from a journal, first and not sent again). A later turn's input needs its
+    parents' output ids: `output_of(j)` gives those of a request handed to `keep` (a golden
+    writer reads them back); without it they are held here (none of the last turn's)."""
     outputs: dict[int, np.ndarray] = {}
     last_turn = max((r.turn for r in plan.requests), default=0)
 
     def hold(i: int, completion: Completion) -> None:
-        if plan.requests[i].turn < last_turn:
+        if output_of is None and plan.requests[i].turn < last_turn:
             outputs[i] = completion.output_ids
         keep(i, completion)
 
     def inputs_for(i: int) -> np.ndarray:
-        return input_ids(plan.requests, plan.prefixes, outputs.__getitem__, i)
+        return input_ids(plan.requests, plan.prefixes, output_of or outputs.__getitem__, i)
 
     def extras_for(i: int) -> RequestExtras:
         return RequestExtras(prompt_start(plan, lambda j: len(inputs_for(j)), i),

@@ -133,6 +133,20 @@ def test_the_writer_holds_at_most_a_chunk_and_a_request_when_requests_arrive_in_
     assert most <= 32 + POSITIONS
 
 
+@pytest.mark.parametrize("whole_rows", [10_000, 32])
+def test_the_writer_gives_back_the_output_ids_of_every_request_it_was_given(tmp_path, whole_rows):
+    """A recording builds later turns from them (held whole, early, buffered or written)."""
+    g = golden(requests=40)
+    writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=16, whole_rows=whole_rows)
+    given: list[int] = []
+    for i in random.Random(3).sample(range(len(g.requests)), len(g.requests)):
+        writer.add(i, g.requests[i])
+        given.append(i)
+        for j in given:
+            assert writer.output_of(j).tobytes() == g.requests[j].output_ids.tobytes(), (i, j)
+    assert writer.streaming == (whole_rows == 32)
+
+
 def test_a_request_that_arrives_early_is_held_until_the_ones_before_it_arrive(tmp_path):
     g = golden()
     writer = GoldenWriter(tmp_path / "g.zarr", g.prefixes, K, chunk_rows=32, whole_rows=32)
