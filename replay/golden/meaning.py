@@ -114,7 +114,7 @@ def meaning_problems(golden: Golden) -> list[str]:
     return problems[:MAX_PROBLEMS]
 
 
-WINDOW_POSITIONS = 1 << 16  # output positions checked at once
+WINDOW_POSITIONS = 1 << 14  # output positions checked at once
 
 
 def _windows(reqs: Sequence[RecordedRequest]) -> Iterator[list[RecordedRequest]]:
