@@ -271,3 +271,32 @@ def test_a_prefix_length_past_int64_is_refused_by_name(golden, tmp_path):
     (path / "zarr.json").write_text(json.dumps(root))
     text = refused(path)
     assert "prefix_lengths" in text and "unexpected" not in text
+
+
+# --- a golden replaced while a replay reads it (the replay streams it from disk) -----------------
+
+
+def test_a_golden_replaced_during_a_replay_is_an_error_never_a_verdict(tmp_path):
+    from replay.golden.scenario import ScenarioSpec, build_plan
+    from replay.jobs import session
+
+    spec = ScenarioSpec(name="swap", groups=4, branches=2, prefix_len=16, suffix_len=4, turns=1,
+                        turn_suffix_len=4, max_new_tokens=8, top_k=3, seed=3)
+    path, other = tmp_path / "g.zarr", tmp_path / "other.zarr"
+    with StubServer(StubConfig(radix=False)) as stub:
+        for out, seed in ((path, 3), (other, 4)):  # chunked: 20 positions a chunk, 4 chunks
+            session.record_golden(build_plan(ScenarioSpec(**{**spec.to_dict(), "seed": seed})),
+                                  out, session.ServerTarget(url=stub.url), chunk_rows=20)
+
+    def swap_after_the_first_turn(n: int, ids: list[int], response: dict) -> dict:
+        if n == 8:  # the golden update's two renames, while the replay goes on
+            path.rename(tmp_path / "old.zarr")
+            other.rename(path)
+        return response
+
+    with StubServer(StubConfig(tamper=swap_after_the_first_turn)) as stub:
+        res = runner.invoke(app, ["replay", str(path), "--server", stub.url, "-q",
+                                  "--concurrency", "1"])
+    assert res.exit_code == 2, res.output
+    assert "changed while the golden was read" in " ".join(res.output.split())
+    assert "pass" not in res.output.lower().split() and "Traceback" not in res.output
