@@ -10,12 +10,19 @@ of float32s for SGLang); comparisons are done on bit patterns.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from replay.golden.tree import TreeNode, input_ids, subset
+
+
+def interned_reason(reason: Any) -> Any:
+    """One string object per distinct finish reason (a golden's JSON, or each answer, gives one
+    per request), the same value; anything else as it is (the checks name it)."""
+    return sys.intern(reason) if isinstance(reason, str) else reason
 
 
 @dataclass

@@ -13,7 +13,6 @@ reading any answer, and `select` keeps a subset (a shard, a minimized golden) wi
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -22,7 +21,7 @@ import numpy as np
 
 from replay.golden.checks import Unreadable
 from replay.golden.chunks import ChunkedArray
-from replay.golden.model import RecordedRequest
+from replay.golden.model import RecordedRequest, interned_reason
 from replay.golden.pack import Table
 from replay.golden.tree import TreeNode, closed_under_parents
 from replay.utils.bits import widen_float32
@@ -58,9 +57,7 @@ class StoredRequests(Sequence[RecordedRequest]):
         top_lengths[attrs["no_top_requests"]] = 0
         self.top_offsets = np.concatenate([[0], np.cumsum(top_lengths)]).astype(np.int64)
         self.no_top = set(attrs["no_top_requests"])
-        # one string object per distinct reason (JSON gives one per request): same values
-        attrs["finish_reasons"] = [sys.intern(r) if isinstance(r, str) else r
-                                   for r in attrs["finish_reasons"]]
+        attrs["finish_reasons"] = [interned_reason(r) for r in attrs["finish_reasons"]]
         prompt = attrs.get("prompt_logprobs")
         self.prompt_starts_all = prompt["starts"] if prompt is not None else None
         self.prompt_offsets = (np.concatenate([[0], np.cumsum(prompt["counts"], dtype=np.int64)])

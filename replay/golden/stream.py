@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from replay.golden.checks import check_tree, request_problems
 from replay.golden.codec import (RequestColumns, array_entry, as_float64, concat_int32,
                                  root_attrs)
 from replay.golden.layout import BLOSC_CONFIG, CHUNKED_VERSION, REQUEST_COLUMNS_V2
-from replay.golden.model import Golden, RecordedRequest
+from replay.golden.model import Golden, RecordedRequest, interned_reason
 from replay.golden.store import write_golden
 from replay.utils.bits import same_bits
 from replay.utils.errors import GoldenFormatError
@@ -248,8 +247,7 @@ class GoldenWriter:
         t.parents.append(int(r.parent))
         t.groups.append(int(r.group))
         t.columns.ids.append(r.id)
-        t.columns.finish_reasons.append(sys.intern(r.finish_reason)
-                                        if isinstance(r.finish_reason, str) else r.finish_reason)
+        t.columns.finish_reasons.append(interned_reason(r.finish_reason))
         t.columns.cached_details.append(r.cached_details)
         t.new_tokens += len(new)
         with zarr.config.set({"json_indent": None}):
