@@ -24,6 +24,7 @@ from typing import Any
 
 from replay.history.identity import launch_profile, server_flags
 from replay.utils.errors import UsageError
+from replay.utils.json_arrays import as_plain, is_array
 
 SCHEMA_PREFIX = "golden-replay/report/"
 VERDICTS = ("pass", "fail", "error")
@@ -96,7 +97,7 @@ class RunRecord:
 
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+                      allow_nan=False, default=as_plain)
 
 
 def sha256(text: str) -> str:
@@ -291,7 +292,7 @@ def _record(doc: dict[str, Any]) -> RunRecord:
         raise _Bad(f"the server's settings are {len(flags)} characters (at most {MAX_FLAGS_CHARS})")
     numerics_text = canonical(replay_numerics)
     raw_requests = doc.get("requests") or []
-    if not isinstance(raw_requests, list):
+    if not is_array(raw_requests):
         raise _Bad("requests is not a list")
     if len(raw_requests) > MAX_REQUESTS:
         raise _Bad(f"{len(raw_requests)} requests (at most {MAX_REQUESTS})")

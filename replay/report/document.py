@@ -2,11 +2,11 @@
 
 `ReplayResult` (replay/report/results.py) is what the replayer produces; `report_dict` is its stable,
 documented JSON form, which every view reads (replay/report/views.py, replay/report/html/).
-`build_report` is the one builder: from the request entries (`outcome_dict`) and what the run
+`build_report` is the one builder: from the request entries (`entries.outcome_dict`) and what the run
 found beside them (`RunFacts`) it writes the document, its summary and its verdict. A replay
 hands it its outcomes (`report_dict`); `golden report --merge` hands it the union of the shards'
 requests (replay/report/merge.py), so a merged document is the same contract by construction.
-Adding a field: a request's in `outcome_dict`, a summary's in `summary_of`, a top-level one as a
+Adding a field: a request's in `entries.outcome_dict`, a summary's in `summary_of`, a top-level one as a
 field of `RunFacts` (or of `RunSetup`, for what was asked).
 """
 
@@ -14,108 +14,24 @@ from __future__ import annotations
 
 import math
 import uuid
+from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
-from replay.utils.bits import ULP_INFINITE, hex_bits
+from replay.utils.bits import ULP_INFINITE
 from replay.judge.diff import IDENTICAL, PROMPT_LOGPROB_DRIFT
-from replay.report.control import control_outcome_fields, tier_only
-from replay.report.results import CACHE_MISS, SERVER_ID_MISMATCH, ReplayResult, RequestOutcome
+from replay.report.control import tier_only
+from replay.report.entries import RequestEntries, json_number, json_ulp
+from replay.report.results import CACHE_MISS, SERVER_ID_MISMATCH, ReplayResult
 
 SCHEMA = "golden-replay/report/1"
 VERDICT_RANK = {"pass": 0, "fail": 1, "error": 2}
-DETAIL_POSITIONS = 4096  # per-position arrays kept for a non-identical request
 # the statuses of a request whose outputs were identical bit for bit (not "diverged")
 OUTPUTS_IDENTICAL = (IDENTICAL, PROMPT_LOGPROB_DRIFT, CACHE_MISS, SERVER_ID_MISMATCH)
-MISREPORTED_SHOWN = 8  # prompt ids reported other than sent, shown per request
-
-
-def _num(x: float) -> float | str | None:
-    """JSON has no NaN/inf: write them as strings rather than produce invalid JSON."""
-    if x is None:
-        return None
-    if math.isnan(x) or math.isinf(x):
-        return str(x)
-    return x
-
-
-def _ulp(u: int) -> int | str:
-    return "inf" if u >= ULP_INFINITE else int(u)
-
-
-def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any]:
-    d = o.diff
-    first = None
-    if d.first is not None:
-        f = d.first
-        first = {
-            "position": f.position, "kind": f.kind,
-            "golden_token": f.golden_token, "replay_token": f.replay_token,
-            "golden_logprob": _num(f.golden_logprob), "replay_logprob": _num(f.replay_logprob),
-            "golden_bits": hex_bits(f.golden_logprob), "replay_bits": hex_bits(f.replay_logprob),
-            "ulp": _ulp(f.ulp),
-        }
-    out: dict[str, Any] = {
-        "id": o.id, "repeat": o.repeat, "status": o.status, "passed": o.passed,
-        "cached_tokens": o.cached_tokens, "cached_tokens_details": o.cached_details,
-        "expected_min_cached": o.expected_min_cached, "cache_problem": o.cache_problem,
-        "num_retractions": o.num_retractions, "retraction_lag": o.retraction_lag,
-        "tokens_compared": d.compared, "max_ulp": _ulp(d.max_ulp), "mean_kl": _num(d.mean_kl),
-        "first_divergence": first,
-        "token_divergence_position": d.token_position,
-        "prompt_logprobs": _prompt(o),
-        "answer_sha256": o.answer_digest or None,
-    }
-    if o.misreported_ids:  # the server's bug, not a verdict (docs/findings/sglang-ids.md)
-        out["misreported_prompt_ids"] = {
-            "count": len(o.misreported_ids),
-            "first": [{"position": m.position, "sent": m.sent, "reported": m.reported}
-                      for m in o.misreported_ids[:MISREPORTED_SHOWN]]}
-    if with_control:  # a report with a control replay (docs/control.md)
-        out.update(control_outcome_fields(o))
-    if o.worker is not None:  # replayed through a router (docs/topologies.md)
-        out["worker"] = o.worker
-        out["routing_note"] = o.routing_note
-    if o.prefill_worker is not None:  # through a PD router: both halves (docs/topologies.md)
-        out["prefill_worker"], out["decode_worker"] = o.prefill_worker, o.decode_worker
-        out["routing_note"] = o.routing_note
-    if d.status != IDENTICAL:
-        n = min(DETAIL_POSITIONS, len(d.abs_delta))
-        out["detail"] = {
-            "abs_delta": [_num(float(x)) for x in d.abs_delta[:n]],
-            "ulp": [_ulp(int(x)) for x in d.ulp[:n]],
-            "top_k": _clean_top(o.top),
-        }
-    return out
-
-
-def _prompt(o: RequestOutcome) -> dict[str, Any] | None:
-    p = o.prompt
-    if p is None:
-        return None
-    return {
-        "compared": p.compared, "identical": p.identical, "passed": p.passed,
-        "first_position": p.first_position,
-        "golden_logprob": None if p.identical else _num(p.golden_logprob),
-        "replay_logprob": None if p.identical else _num(p.replay_logprob),
-        "golden_bits": None if p.identical else hex_bits(p.golden_logprob),
-        "replay_bits": None if p.identical else hex_bits(p.replay_logprob),
-        "ulp": _ulp(p.ulp), "max_ulp": _ulp(p.max_ulp), "mean_kl": _num(p.mean_kl),
-    }
-
-
-def _clean_top(top: dict[str, Any] | None) -> dict[str, Any] | None:
-    if top is None:
-        return None
-    return {
-        "position": top["position"],
-        "golden": [[t, _num(v)] for t, v in top["golden"]],
-        "replay": [[t, _num(v)] for t, v in top["replay"]],
-    }
 
 
 def new_run_id() -> str:
@@ -200,28 +116,19 @@ def facts_of(result: ReplayResult) -> RunFacts:
 def report_dict(result: ReplayResult | None, *, golden: str, server: str, policy: str,
                 error: str | None = None, setup: RunSetup | None = None) -> dict[str, Any]:
     """The document of one replay (`result` None: it reached no verdict, `error` says why).
-    The result's outcomes move into the document: each becomes its entry and leaves
-    `result.outcomes`, so a replay of 100k requests never holds both at once."""
+    The result's outcomes move into the document as its `RequestEntries` (each entry made when
+    read) and leave `result.outcomes`: nothing is held twice."""
     if result is None:
         return build_report([], None, golden=golden, server=server, policy=policy, error=error,
                             setup=setup)
     facts = facts_of(result)
-    return build_report(_entries(result), facts, golden=golden, server=server, policy=policy,
+    entries = RequestEntries(result.outcomes, with_control=result.control is not None)
+    result.outcomes = []
+    return build_report(entries, facts, golden=golden, server=server, policy=policy,
                         error=error, setup=setup)
 
 
-def _entries(result: ReplayResult) -> list[dict[str, Any]]:
-    """The request entries, in order, each outcome dropped once its entry is made."""
-    with_control = result.control is not None
-    outcomes, result.outcomes = result.outcomes, []
-    outcomes.reverse()
-    entries = []
-    while outcomes:
-        entries.append(outcome_dict(outcomes.pop(), with_control))
-    return entries
-
-
-def build_report(requests: list[dict[str, Any]], facts: RunFacts | None, *, golden: str,
+def build_report(requests: Sequence[dict[str, Any]], facts: RunFacts | None, *, golden: str,
                  server: str, policy: str, error: str | None = None,
                  setup: RunSetup | None = None, partial: bool = False) -> dict[str, Any]:
     """The report document: from the request entries (as `outcome_dict` writes them) and the
@@ -267,30 +174,46 @@ def matrix_report(reports: dict[str, dict[str, Any]], *, golden: str, policy: st
             "matrix": {"profiles": list(reports), "verdicts": verdicts, "reports": reports}}
 
 
-def summary_of(requests: Sequence[dict[str, Any]], facts: RunFacts) -> dict[str, Any]:
-    """The summary, counted over the request entries."""
-    failed_repeats = sorted({r["repeat"] for r in requests if not r["passed"]})
-    kls = [float(r["mean_kl"]) for r in requests if _finite(r.get("mean_kl"))]
-    prompts = [r["prompt_logprobs"] for r in requests if isinstance(r.get("prompt_logprobs"), dict)]
+def summary_of(requests: Iterable[dict[str, Any]], facts: RunFacts) -> dict[str, Any]:
+    """The summary, counted over the request entries in one pass (a replay's entries are made
+    as they are read: replay/report/entries.py)."""
+    ids: set[str] = set()
+    failed_repeats: set[int] = set()
+    kls = array("d")
+    counts = Counter[str]()
+    max_ulp = 0
+    for r in requests:
+        ids.add(r["id"])
+        if not r["passed"]:
+            failed_repeats.add(r["repeat"])
+            counts["requests_failed"] += 1
+        if _finite(r.get("mean_kl")):
+            kls.append(float(r["mean_kl"]))
+        p = r.get("prompt_logprobs")
+        if isinstance(p, dict):
+            counts["prompt_logprobs_compared"] += _count(p.get("compared"))
+            counts["prompt_logprob_drifts"] += not p.get("identical")
+        counts["tokens_compared"] += _count(r.get("tokens_compared"))
+        counts["requests_diverged"] += r.get("status") not in OUTPUTS_IDENTICAL
+        counts["cache_misses"] += bool(r.get("cache_problem"))
+        counts["retracted_requests"] += bool(_count(r.get("num_retractions")))
+        counts["server_id_mismatches"] += bool(r.get("misreported_prompt_ids"))
+        counts["failed_on_tier_only"] += tier_only(r)
+        max_ulp = max(max_ulp, _ulp_value(r.get("max_ulp")))
     return {
-        "requests": len({r["id"] for r in requests}),
+        "requests": len(ids),
         "repeats": facts.repeats,
         "repeats_failed": len(failed_repeats),
-        "failed_repeat_indices": failed_repeats,
-        "tokens_compared": sum(_count(r.get("tokens_compared")) for r in requests),
-        "prompt_logprobs_compared": sum(_count(p.get("compared")) for p in prompts),
-        "prompt_logprob_drifts": sum(1 for p in prompts if not p.get("identical")),
-        "requests_diverged": sum(1 for r in requests
-                                 if r.get("status") not in OUTPUTS_IDENTICAL),
-        "requests_failed": sum(1 for r in requests if not r["passed"]),
-        "cache_misses": sum(1 for r in requests if r.get("cache_problem")),
-        "retracted_requests": sum(1 for r in requests if _count(r.get("num_retractions"))),
-        "server_id_mismatches": sum(1 for r in requests if r.get("misreported_prompt_ids")),
-        "mean_kl": _num(float(np.mean(kls)) if kls else 0.0),
-        "max_ulp": _ulp(max((_ulp_value(r.get("max_ulp")) for r in requests), default=0)),
+        "failed_repeat_indices": sorted(failed_repeats),
+        **{key: counts[key] for key in ("tokens_compared", "prompt_logprobs_compared",
+                                         "prompt_logprob_drifts", "requests_diverged",
+                                         "requests_failed", "cache_misses",
+                                         "retracted_requests", "server_id_mismatches")},
+        "mean_kl": json_number(float(np.mean(kls)) if kls else 0.0),
+        "max_ulp": json_ulp(max_ulp),
         "cache_hit_lengths": facts.hit_lengths,
         "cached_tokens_by_tier": facts.tiers,
-        **({"failed_on_tier_only": sum(1 for r in requests if tier_only(r))}
+        **({"failed_on_tier_only": counts["failed_on_tier_only"]}
            if facts.control is not None else {}),
     }
 

@@ -8,23 +8,27 @@ a full disk therefore never leaves a truncated report, nor half of a new one.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from replay.utils.json_arrays import json_chunks
 
-def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
-    """`text` into `path`, whole or not at all; `mode` (e.g. 0o755) is set before the rename,
-    else the mode a plain `open` would give (0o666 less the umask), as goldens and logs get:
+
+def write_atomic(path: Path, text: str | Iterable[str], *, mode: int | None = None) -> None:
+    """`text` (or its pieces, written as they come) into `path`, whole or not at all; `mode`
+    (e.g. 0o755) is set before the rename, else the mode a plain `open` would give (0o666 less
+    the umask), as goldens and logs get:
     the temporary file's own 0o600 would hide a report from the CI user who uploads it."""
     path = Path(path)
     mode = mode if mode is not None else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            for piece in [text] if isinstance(text, str) else text:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
             os.fchmod(f.fileno(), mode)
@@ -61,7 +65,14 @@ def remove_stale(*paths: Path | None) -> None:
 
 
 def json_text(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    return "".join(json_pieces(doc))
+
+
+def json_pieces(doc: dict[str, Any]) -> Iterator[str]:
+    """The JSON file of `doc` (indent 1, strict JSON), in pieces: a report's requests are
+    written one at a time, never held as one text."""
+    yield from json_chunks(doc)
+    yield "\n"
 
 
 def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Path | None = None,
@@ -69,7 +80,7 @@ def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Pat
     """Each requested view of one report document (`junit_text` overrides the replay JUnit
     view, e.g. the matrix's one suite per profile)."""
     if report:
-        write_atomic(report, json_text(doc))
+        write_atomic(report, json_pieces(doc))
     if junit:
         from replay.report.views import junit_xml
 

@@ -30,6 +30,7 @@ from replay.report.document import (VERDICT_RANK, RunFacts, RunSetup, build_repo
                                     hit_lengths_of, matrix_report, tiers_of)
 from replay.report.results import NO_HITS_WARNING
 from replay.utils.errors import UsageError
+from replay.utils.json_arrays import is_array
 
 # What shards of one replay must share, beyond the golden: (report field, what it is called).
 SAME_SETUP = (("policy", "policies"), ("repeat", "repeat counts"),
@@ -152,7 +153,7 @@ def _check_is_report(doc: dict[str, Any], name: str) -> None:
     if not isinstance(doc.get("verdict"), str) or doc["verdict"] not in VERDICT_RANK:
         raise UsageError(f"{name} is not a replay report: verdict {doc.get('verdict')!r}")
     requests = doc.get("requests")
-    if not isinstance(requests, list):
+    if not is_array(requests):
         raise UsageError(f"{name} is not a replay report: no requests list")
     for r in requests:
         if not (isinstance(r, dict) and isinstance(r.get("id"), str)

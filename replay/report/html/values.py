@@ -10,7 +10,10 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
+
+from replay.utils.json_arrays import is_array
 
 
 def esc(value: Any) -> str:
@@ -76,7 +79,7 @@ def dict_field(obj: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def list_field(obj: dict[str, Any], key: str) -> list[Any]:
+def list_field(obj: dict[str, Any], key: str) -> Sequence[Any]:
     """A field that should be an array; [] when absent, null or anything else."""
     value = obj.get(key)
-    return value if isinstance(value, list) else []
+    return value if is_array(value) else []

@@ -15,6 +15,7 @@ from replay.run.replayer import ReplayOptions
 from replay.utils.errors import UsageError
 from replay.report.merge import merge_reports
 from replay.golden.scenario import ScenarioSpec, build_plan
+from tests.support.reports import as_read_from_file
 from tests.support.stub_server import StubConfig, StubServer
 
 SPEC = ScenarioSpec(name="m", groups=3, branches=2, prefix_len=24, suffix_len=4, turns=1,
@@ -30,8 +31,9 @@ def shards(tmp_path_factory) -> tuple[Path, list[dict], dict]:
         session.record_golden(build_plan(SPEC), golden, session.ServerTarget(url=stub.url))
     with StubServer(StubConfig()) as stub:
         target = session.ServerTarget(url=stub.url)
-        parts = [session.replay_golden(golden, target, shard=f"{i}/3") for i in (1, 2, 3)]
-        whole = session.replay_golden(golden, target)
+        parts = [as_read_from_file(session.replay_golden(golden, target, shard=f"{i}/3"))
+                 for i in (1, 2, 3)]
+        whole = as_read_from_file(session.replay_golden(golden, target))
     return golden, parts, whole
 
 
