@@ -25,6 +25,7 @@ from replay.golden.model import RecordedRequest, interned_reason
 from replay.golden.pack import Table
 from replay.golden.tree import TreeNode, closed_under_parents
 from replay.utils.bits import widen_float32
+from replay.utils.shared import SharedValues
 from replay.utils.errors import GoldenFormatError
 
 
@@ -58,6 +59,9 @@ class StoredRequests(Sequence[RecordedRequest]):
         self.top_offsets = np.concatenate([[0], np.cumsum(top_lengths)]).astype(np.int64)
         self.no_top = set(attrs["no_top_requests"])
         attrs["finish_reasons"] = [interned_reason(r) for r in attrs["finish_reasons"]]
+        shared = SharedValues()
+        attrs["cached_tokens_details"] = [shared(d) if isinstance(d, dict) else d
+                                          for d in attrs["cached_tokens_details"]]
         prompt = attrs.get("prompt_logprobs")
         self.prompt_starts_all = prompt["starts"] if prompt is not None else None
         self.prompt_offsets = (np.concatenate([[0], np.cumsum(prompt["counts"], dtype=np.int64)])
@@ -178,7 +182,7 @@ class StoredRequests(Sequence[RecordedRequest]):
         top_ids[:, 0], top_lps[:, 0] = ids, lps
         top_ids[:, 1:] = self.arrays["top_ids_rest"].rows(t, t + n)
         top_lps[:, 1:] = _float64(self.arrays["top_logprobs_rest"].rows(t, t + n))
-        lo, hi = np.searchsorted(top1.rows, [t, t + n])
+        lo, hi = np.searchsorted(top1.rows, [t, t + n]).tolist()
         rows = top1.rows[lo:hi] - t
         top_ids[rows, 0], top_lps[rows, 0] = top1.ids[lo:hi], top1.values[lo:hi]
         top_ids.flags.writeable = top_lps.flags.writeable = False

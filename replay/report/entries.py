@@ -52,7 +52,7 @@ def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any
         }
     out: dict[str, Any] = {
         "id": o.id, "repeat": o.repeat, "status": o.status, "passed": o.passed,
-        "cached_tokens": o.cached_tokens, "cached_tokens_details": o.cached_details,
+        "cached_tokens": o.cached_tokens, "cached_tokens_details": dict(o.cached_details),
         "expected_min_cached": o.expected_min_cached, "cache_problem": o.cache_problem,
         "num_retractions": o.num_retractions, "retraction_lag": o.retraction_lag,
         "tokens_compared": d.compared, "max_ulp": json_ulp(d.max_ulp),
@@ -60,7 +60,7 @@ def outcome_dict(o: RequestOutcome, with_control: bool = False) -> dict[str, Any
         "first_divergence": first,
         "token_divergence_position": d.token_position,
         "prompt_logprobs": _prompt(o),
-        "answer_sha256": o.answer_digest or None,
+        "answer_sha256": o.answer_digest.hex() or None,
     }
     if o.misreported_ids:  # the server's bug, not a verdict (docs/findings/sglang-ids.md)
         out["misreported_prompt_ids"] = {

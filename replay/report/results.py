@@ -38,7 +38,8 @@ class RequestOutcome:  # slots: a replay of 100k requests holds 100k of these
     prefill_worker: int | None = None
     decode_worker: int | None = None
     misreported_ids: tuple[Any, ...] = ()  # MisreportedId: prompt ids reported other than sent
-    answer_digest: str = ""  # sha256 of the answer's bits (ids, logprobs, top-k, prompt logprobs)
+    answer_digest: bytes = b""  # sha256 of the answer's bits (ids, logprobs, top-k, prompt
+    # logprobs): 32 bytes, written as hex in the report (half what the hex text would hold)
     # With a control replay (replay/report/control.py), for a request that failed: the control's
     # status for it, and whether the control answered with the very same bits
     control_status: str | None = None

@@ -35,6 +35,7 @@ from replay.golden.tree import cache_key, input_lengths
 from replay.judge.numerics import compare_numerics
 from replay.report.results import ReplayResult, RequestOutcome
 from replay.run.runner import check_schedule, run_nodes
+from replay.utils.shared import SharedValues
 from replay.judge.server_checks import check_sampling_defaults
 
 Progress = Callable[[str, bool], None]  # (request id, failed) as each completes
@@ -112,6 +113,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     nodes = golden.nodes
     input_lens = input_lengths(nodes, golden.prefixes, lambda j: len(golden.output_of(j)))
     tally = HitTally()
+    shared = SharedValues()  # one dict per distinct cached-tokens-per-tier answer
     result = ReplayResult(
         golden=golden_name, server=conn.url, policy=str(options.policy),
         repeats=options.repeat, expectation=str(expectation), require_tier=options.require_tier,
@@ -146,6 +148,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
             outcome = judge(golden, i, input_lens, completion, rep, options.policy, expectation,
                             allowed, salted)
             tally.add(completion.cached_tokens, completion.cached_details)
+            outcome.cached_details = shared(outcome.cached_details)
             placed[i] = outcome
             if progress:
                 progress(outcome.id, not outcome.passed)
@@ -233,7 +236,7 @@ def judge(golden: Golden, i: int, input_lens: Sequence[int], completion: Complet
     )
 
 
-def answer_digest(completion: Completion) -> str:
+def answer_digest(completion: Completion) -> bytes:
     """The sha256 of every bit an answer carries that a replay judges (output ids, logprobs,
     top-k ids and logprobs, prompt logprobs): two servers that answered alike have one digest."""
     h = hashlib.sha256()
@@ -242,7 +245,7 @@ def answer_digest(completion: Completion) -> str:
              (completion.prompt_logprobs, np.float64))
     for part, dtype in parts:
         h.update(b"-|" if part is None else np.ascontiguousarray(part, dtype).tobytes() + b"|")
-    return h.hexdigest()
+    return h.digest()
 
 
 def _top_pairs(ids: np.ndarray, vals: np.ndarray) -> list[list[Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,8 +52,8 @@ async def run_nodes(
     requests be in flight send them in the schedule's order, each building its request's input
     only when it sends it: what is held does not grow with the tree."""
     check_schedule(schedule)
-    todo = list(range(len(nodes))) if only is None else list(only)
-    shape = {i: _shape(nodes[i]) for i in todo}
+    todo = np.arange(len(nodes), dtype=np.int64) if only is None else np.fromiter(only, np.int64)
+    shape = _Shape.of(nodes, todo)
 
     async def one(i: int) -> None:
         node = nodes[i]
@@ -65,32 +66,48 @@ async def run_nodes(
     if schedule == "dag":
         await _run_dag(shape, one, workers)
         return
-    for turn in sorted({turn for turn, _, _, _ in shape.values()}):
-        batch = [i for i in todo if shape[i][0] == turn]
-        if schedule == "interleave":
-            batch.sort(key=lambda i: (shape[i][2], shape[i][1]))
-        else:
-            batch.sort(key=lambda i: (shape[i][1], shape[i][2]))
+    for turn in np.unique(shape.turn).tolist():
+        at = shape.turn == turn
+        first, second = ((shape.branch, shape.group) if schedule == "interleave"
+                         else (shape.group, shape.branch))
+        batch = shape.index[at][np.lexsort((second[at], first[at]))].tolist()
         await _drain(batch, len(batch), one, workers, lambda i: ())
 
 
-def _shape(node: TreeNode) -> tuple[int, int, int, int]:
-    return node.turn, node.group, node.branch, node.parent
+@dataclass(frozen=True)
+class _Shape:
+    """The tree fields the order needs, of the nodes to run (`index`), one array each: what is
+    held for the whole run is 40 bytes a node, whatever the tree."""
+
+    index: np.ndarray
+    turn: np.ndarray
+    group: np.ndarray
+    branch: np.ndarray
+    parent: np.ndarray
+
+    @classmethod
+    def of(cls, nodes: Sequence[TreeNode], todo: np.ndarray) -> "_Shape":
+        cols = np.empty((4, len(todo)), dtype=np.int64)
+        for k, i in enumerate(todo.tolist()):
+            node = nodes[i]
+            cols[:, k] = node.turn, node.group, node.branch, node.parent
+        return cls(todo, *cols)
 
 
-async def _run_dag(shape: dict[int, tuple[int, int, int, int]],
-                   one: Callable[[int], Awaitable[None]], workers: int) -> None:
+async def _run_dag(shape: _Shape, one: Callable[[int], Awaitable[None]], workers: int) -> None:
     """Each node as soon as its parent is done: roots first (by group, branch), then each
     node's children join the queue when it completes."""
     children: dict[int, list[int]] = {}
     roots: list[int] = []
-    for i in sorted(shape, key=lambda i: (shape[i][0], shape[i][1], shape[i][2])):
-        parent = shape[i][3]
-        if parent in shape:  # a parent outside `todo` (e.g. resumed) is already complete
-            children.setdefault(parent, []).append(i)
+    order = np.lexsort((shape.branch, shape.group, shape.turn))
+    parent_runs = np.isin(shape.parent, shape.index)  # else complete already (e.g. resumed)
+    for k in order.tolist():
+        i = int(shape.index[k])
+        if parent_runs[k]:
+            children.setdefault(int(shape.parent[k]), []).append(i)
         else:
             roots.append(i)
-    await _drain(roots, len(shape), one, workers, lambda i: children.pop(i, ()))
+    await _drain(roots, len(shape.index), one, workers, lambda i: children.pop(i, ()))
 
 
 async def _drain(first: list[int], total: int, one: Callable[[int], Awaitable[None]],

@@ -14,7 +14,7 @@ def diff(status: str) -> RequestDiff:
                        mean_kl=0.0, passed=ok, abs_delta=np.zeros(0), ulp=np.zeros(0, np.int64))
 
 
-def outcome(id: str, status: str = "identical", cached: int = 512, digest: str = "a",
+def outcome(id: str, status: str = "identical", cached: int = 512, digest: bytes = b"a",
             problem: str | None = None) -> RequestOutcome:
     return RequestOutcome(id=id, repeat=0, diff=diff(status), cached_tokens=cached,
                           cached_details={}, expected_min_cached=None, cache_problem=problem,
@@ -33,14 +33,14 @@ def attributed(tested: list[RequestOutcome], control: list[RequestOutcome]) -> R
 
 
 def test_a_failure_the_control_does_not_have_with_the_same_reuse_is_the_tiers_alone():
-    r = attributed([outcome("a", "token_divergence", digest="x")], [outcome("a")])
+    r = attributed([outcome("a", "token_divergence", digest=b"x")], [outcome("a")])
     assert r.control["failed_on_tier_only"] == 1 and r.control["not_comparable"] == 0
     assert r.outcomes[0].control_passed is True and r.outcomes[0].control_same_bits is False
 
 
 def test_a_failure_the_control_has_with_the_same_answer_is_also_on_it_with_the_same_bits():
-    r = attributed([outcome("a", "logprob_drift", digest="x")],
-                   [outcome("a", "logprob_drift", digest="x")])
+    r = attributed([outcome("a", "logprob_drift", digest=b"x")],
+                   [outcome("a", "logprob_drift", digest=b"x")])
     assert r.control["failed_on_control_too"] == 1 and r.control["same_bits_on_control"] == 1
 
 
