@@ -6,8 +6,9 @@ sequence that builds request i from the chunks that hold it (`replay.golden.chun
 decoded chunks held per array), so a replay of 100k requests holds about as much as one of 1k.
 Request i is the very `RecordedRequest` the whole-golden reader gives (rank 0 of its top-k rows
 rebuilt from its chosen tokens and the `top1_exceptions`, float32 values widened on their bit
-patterns), with read-only arrays (they may share a held chunk). `nodes` walks the tree without
-reading any answer, and `select` keeps a subset (a shard, a minimized golden) without reading.
+patterns), with read-only arrays of their own (never views that would pin a chunk). `nodes`
+walks the tree without reading any answer, and `select` keeps a subset (a shard, a minimized
+golden) without reading.
 """
 
 from __future__ import annotations

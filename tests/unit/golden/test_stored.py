@@ -57,6 +57,17 @@ def test_an_opened_golden_holds_a_few_chunks_of_each_array_whatever_is_read(tmp_
         assert all(len(a._held) <= a.keep <= 4 for a in stored.arrays.values())
 
 
+def test_requests_read_hold_no_chunk_once_it_is_dropped(tmp_path):
+    """A request's arrays are its own rows, never views: requests kept (in flight) while others
+    are read would otherwise pin a copy of every chunk they came from."""
+    opened = open_golden(chunked(tmp_path, requests=40, rows=16))
+    kept = [opened.requests[i] for i in range(len(opened.requests))]
+    nodes = [opened.nodes[i] for i in range(len(opened.requests))]
+    arrays = [a for r in kept for a in (r.output_ids, r.new_tokens, r.logprobs)]
+    arrays += [n.new_tokens for n in nodes] + [opened.output_of(i) for i in range(len(kept))]
+    assert all(a.base is None and not a.flags.writeable for a in arrays)
+
+
 def test_the_arrays_of_an_opened_golden_cannot_be_written_by_mistake(tmp_path):
     request = open_golden(chunked(tmp_path)).requests[3]
     with pytest.raises(ValueError):
