@@ -2,12 +2,12 @@
 
 `ReplayResult` (replay/report/results.py) is what the replayer produces; `report_dict` is its stable,
 documented JSON form, which every view reads (replay/report/views.py, replay/report/html/).
-`build_report` is the one builder: from the request entries (`entries.outcome_dict`) and what the run
-found beside them (`RunFacts`) it writes the document, its summary and its verdict. A replay
+`build_report` is the one builder: from the request entries (`entries.outcome_dict`) and what
+the run found beside them (`RunFacts`) it writes the document, its summary and its verdict. A replay
 hands it its outcomes (`report_dict`); `golden report --merge` hands it the union of the shards'
 requests (replay/report/merge.py), so a merged document is the same contract by construction.
-Adding a field: a request's in `entries.outcome_dict`, a summary's in `summary_of`, a top-level one as a
-field of `RunFacts` (or of `RunSetup`, for what was asked).
+Adding a field: a request's in `entries.outcome_dict`, a summary's in `summary_of`, a top-level
+one as a field of `RunFacts` (or of `RunSetup`, for what was asked).
 """
 
 from __future__ import annotations
