@@ -37,6 +37,7 @@ import pytest
 from typer.testing import CliRunner
 
 from replay.jobs.session import replay_golden
+from replay.report.files import write_reports
 from replay.run.replayer import ReplayOptions
 from replay.server.launch import launched
 from replay.server.pd_topology import pd_router_args
@@ -81,7 +82,7 @@ def goldens(cpu_goldens) -> dict[str, Path]:
 def replay(url: str, golden: Path, report: Path, **options: Any) -> dict[str, Any]:
     doc = replay_golden(golden, ServerTarget(url=url),
                         ReplayOptions(schedule="interleave", **options), CLIENT)
-    report.write_text(json.dumps(doc, indent=1))  # kept for a failing run's reader
+    write_reports(doc, report=report)  # kept for a failing run's reader
     return doc
 
 
