@@ -58,6 +58,8 @@ class SupportsNodes(Protocol):
 
     def output_of(self, i: int) -> np.ndarray: ...
 
+    def output_lengths(self) -> np.ndarray: ...
+
     def select(self, keep: Sequence[int]) -> Sequence[RecordedRequest]: ...
 
 
@@ -116,6 +118,12 @@ class Golden:
         if self.stored:
             return self.requests.output_of(i)  # type: ignore[attr-defined]
         return self.requests[i].output_ids
+
+    def output_lengths(self) -> np.ndarray:
+        """Every request's output length (int64), read from no answer when stored."""
+        if self.stored:
+            return self.requests.output_lengths()  # type: ignore[attr-defined]
+        return np.array([len(r.output_ids) for r in self.requests], dtype=np.int64)
 
     def input_ids(self, i: int) -> np.ndarray:
         """The exact input tokens of request i, rebuilt from the tree."""

@@ -13,7 +13,6 @@ golden) without reading.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -30,14 +29,11 @@ from replay.utils.shared import SharedValues
 from replay.utils.errors import GoldenFormatError
 
 
-@contextlib.contextmanager
-def reading(where: Path | str) -> Iterator[None]:
-    """A chunk that cannot be read (or changed since it was checked) becomes GoldenFormatError
-    naming the golden."""
-    try:
-        yield
-    except Unreadable as exc:
-        raise GoldenFormatError(f"{where}: {exc}") from None
+def named(where: Path | str, exc: Unreadable) -> GoldenFormatError:
+    """A chunk that cannot be read (or changed since it was checked), as the error naming the
+    golden (a plain `except` at each public read: a context manager per read cost 3% of a
+    replay's CPU)."""
+    return GoldenFormatError(f"{where}: {exc}")
 
 
 class StoredRequests(Sequence[RecordedRequest]):
@@ -67,6 +63,7 @@ class StoredRequests(Sequence[RecordedRequest]):
         self.prompt_starts_all = prompt["starts"] if prompt is not None else None
         self.prompt_offsets = (np.concatenate([[0], np.cumsum(prompt["counts"], dtype=np.int64)])
                                if prompt is not None else None)
+        self._nodes = _Nodes(self)  # one view, made once (a replay asks ~10 times a request)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -98,7 +95,7 @@ class StoredRequests(Sequence[RecordedRequest]):
     @property
     def nodes(self) -> Sequence[TreeNode]:
         """The tree alone: request i's node, read without its answer."""
-        return _Nodes(self)
+        return self._nodes
 
     @property
     def prompt_starts(self) -> list[int]:
@@ -122,17 +119,27 @@ class StoredRequests(Sequence[RecordedRequest]):
 
     def output_of(self, i: int) -> np.ndarray:
         """Request i's output ids alone (what a later turn's input needs)."""
-        with reading(self.where):
+        try:
             return self._output(int(self.index[i]))
+        except Unreadable as exc:
+            raise named(self.where, exc) from None
+
+    def output_lengths(self) -> np.ndarray:
+        """Every request's output length, from the table (nothing read)."""
+        return np.diff(self.table.output_offsets)[self.index]
 
     def node(self, i: int) -> TreeNode:
         """Request i's node (its tree fields and new tokens), without its answer."""
-        with reading(self.where):
+        try:
             return self._node(i, int(self.index[i]))
+        except Unreadable as exc:
+            raise named(self.where, exc) from None
 
     def _request(self, i: int) -> RecordedRequest:
-        with reading(self.where):
+        try:
             return self._read(i, int(self.index[i]))
+        except Unreadable as exc:
+            raise named(self.where, exc) from None
 
     # The readers below raise `Unreadable`; the public methods above name the golden.
 
@@ -183,9 +190,10 @@ class StoredRequests(Sequence[RecordedRequest]):
         top_ids[:, 0], top_lps[:, 0] = ids, lps
         top_ids[:, 1:] = self.arrays["top_ids_rest"].rows(t, t + n)
         top_lps[:, 1:] = _float64(self.arrays["top_logprobs_rest"].rows(t, t + n))
-        lo, hi = np.searchsorted(top1.rows, [t, t + n]).tolist()
-        rows = top1.rows[lo:hi] - t
-        top_ids[rows, 0], top_lps[rows, 0] = top1.ids[lo:hi], top1.values[lo:hi]
+        lo, hi = int(top1.rows.searchsorted(t)), int(top1.rows.searchsorted(t + n))
+        if hi > lo:  # the rows whose top-1 is not the sampled token (few, or none)
+            rows = top1.rows[lo:hi] - t
+            top_ids[rows, 0], top_lps[rows, 0] = top1.ids[lo:hi], top1.values[lo:hi]
         top_ids.flags.writeable = top_lps.flags.writeable = False
         return {"top_ids": top_ids, "top_logprobs": top_lps}
 
@@ -202,9 +210,14 @@ class _Nodes(Sequence[TreeNode]):
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
         if isinstance(i, slice):
             return [self.requests.node(j) for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
+        n = len(self.requests.index)
+        if not -n <= i < n:
             raise IndexError(i)
-        return self.requests.node(i % len(self))
+        return self.requests.node(i % n)
+
+    def __iter__(self) -> Iterator[TreeNode]:
+        for i in range(len(self.requests.index)):
+            yield self.requests.node(i)
 
 
 def _float64(values: np.ndarray) -> np.ndarray:

@@ -111,7 +111,8 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     expectation = with_eviction_pressure(expectation, server_info, footprint(golden))
     vocab = vocab_size(model_info, server_info)
     nodes = golden.nodes
-    input_lens = input_lengths(nodes, golden.prefixes, lambda j: len(golden.output_of(j)))
+    output_lens = golden.output_lengths()
+    input_lens = input_lengths(nodes, golden.prefixes, lambda j: int(output_lens[j]))
     tally = HitTally()
     shared = SharedValues()  # one dict per distinct cached-tokens-per-tier answer
     result = ReplayResult(
@@ -176,8 +177,8 @@ def footprint(golden: Golden) -> int:
     """The distinct tokens a golden puts through a prefix cache: each group's shared prefix once,
     then every request's own new tokens and its output (the radix tree it grows)."""
     prefixes = sum(len(p) for p in golden.prefixes)
-    return prefixes + sum(len(node.new_tokens) + len(golden.output_of(i))
-                          for i, node in enumerate(golden.nodes))
+    return (prefixes + sum(len(node.new_tokens) for node in golden.nodes)
+            + int(golden.output_lengths().sum()))
 
 
 def retraction_lag(server_info: dict[str, Any], expectation: CacheExpectation) -> int:

@@ -115,6 +115,16 @@ def test_the_tree_of_an_opened_golden_is_walked_without_reading_any_answer(tmp_p
                                                           "top_logprobs_rest"))
 
 
+def test_the_output_lengths_of_an_opened_golden_and_its_subset_are_read_from_no_answer(tmp_path):
+    opened, whole = open_golden(chunked(tmp_path)), golden()
+    stored = opened.requests
+    assert isinstance(stored, StoredRequests)
+    assert opened.output_lengths().tolist() == [len(r.output_ids) for r in whole.requests]
+    sub, sub_whole = subset_golden(opened, [5, 23]), subset_golden(whole, [5, 23])
+    assert sub.output_lengths().tolist() == sub_whole.output_lengths().tolist()
+    assert not any(a._held for a in stored.arrays.values())
+
+
 def test_a_subset_of_an_opened_golden_is_the_subset_of_the_golden_in_memory(tmp_path):
     opened = open_golden(chunked(tmp_path))
     keep = [5, 17, 23]
