@@ -82,9 +82,9 @@ def write_reports(doc: dict[str, Any], *, report: Path | None = None, junit: Pat
     if report:
         write_atomic(report, json_pieces(doc))
     if junit:
-        from replay.report.views import junit_xml
+        from replay.report.views import junit_pieces
 
-        write_atomic(junit, junit_text if junit_text is not None else junit_xml(doc))
+        write_atomic(junit, junit_text if junit_text is not None else junit_pieces(doc))
     if html:
         from replay.report.html import render_html
 

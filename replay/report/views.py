@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -20,31 +21,58 @@ WIDTH = 120  # a console line's most characters: what a CI log viewer shows with
 
 def junit_xml(report: dict[str, Any], suite_name: str = "golden-replay") -> str:
     """One testcase per request id (and repeat, when there are several)."""
+    return "".join(junit_pieces(report, suite_name))
+
+
+def junit_pieces(report: dict[str, Any], suite_name: str = "golden-replay") -> Iterator[str]:
+    """`junit_xml`'s text in pieces, a testcase at a time (the very text ElementTree writes for the
+    whole suite): a replay's requests are never held as one XML tree or one string."""
     requests = report.get("requests") or []
-    suite = ET.Element("testsuite", name=suite_name, tests=str(max(1, len(requests))))
-    failures = errors = 0
-    if report["verdict"] == "error":
-        case = ET.SubElement(suite, "testcase", classname=suite_name, name="replay")
-        ET.SubElement(case, "error", message=str(report.get("error")))
-        errors += 1
     repeats = (report.get("summary") or {}).get("repeats", 1)
+    error = _error_case(report, suite_name)
+    problems = _problem_cases(report, suite_name)
+    suite = ET.Element("testsuite", name=suite_name, tests=str(max(1, len(requests))))
+    suite.set("failures", str(sum(1 for r in requests if not r["passed"]) + len(problems)))
+    suite.set("errors", str(len(error)))
+    head = ET.tostring(suite, encoding="unicode", xml_declaration=True)
+    if not requests and not error and not problems:
+        yield head  # an empty suite: `<testsuite ... />`
+        return
+    yield head[:-len(" />")] + ">"
+    yield from map(_tostring, error)
     for r in requests:
-        name = r["id"] if repeats == 1 else f"{r['id']}#{r['repeat']}"
-        case = ET.SubElement(suite, "testcase", classname=suite_name, name=name)
+        case = ET.Element("testcase", classname=suite_name,
+                          name=r["id"] if repeats == 1 else f"{r['id']}#{r['repeat']}")
         if not r["passed"]:
-            failures += 1
             ET.SubElement(case, "failure", message=failure_line(r), type=r["status"])
-    if report.get("tier_problem"):
-        case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-tier")
-        ET.SubElement(case, "failure", message=report["tier_problem"], type="cache_tier")
-        failures += 1
-    if report.get("hit_problem"):
-        case = ET.SubElement(suite, "testcase", classname=suite_name, name="cache-hits")
-        ET.SubElement(case, "failure", message=report["hit_problem"], type="no_cache_hits")
-        failures += 1
-    suite.set("failures", str(failures))
-    suite.set("errors", str(errors))
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+        yield _tostring(case)
+    yield from map(_tostring, problems)
+    yield "</testsuite>"
+
+
+def _error_case(report: dict[str, Any], suite_name: str) -> list[ET.Element]:
+    """The replay's error as a testcase of its own (none when it did not end in one)."""
+    if report["verdict"] != "error":
+        return []
+    case = ET.Element("testcase", classname=suite_name, name="replay")
+    ET.SubElement(case, "error", message=str(report.get("error")))
+    return [case]
+
+
+def _problem_cases(report: dict[str, Any], suite_name: str) -> list[ET.Element]:
+    """The cache-tier and cache-hit problems, a failing testcase each."""
+    cases = []
+    for name, key, kind in (("cache-tier", "tier_problem", "cache_tier"),
+                            ("cache-hits", "hit_problem", "no_cache_hits")):
+        if report.get(key):
+            case = ET.Element("testcase", classname=suite_name, name=name)
+            ET.SubElement(case, "failure", message=report[key], type=kind)
+            cases.append(case)
+    return cases
+
+
+def _tostring(element: ET.Element) -> str:
+    return ET.tostring(element, encoding="unicode")
 
 
 def difference_phrase(r: dict[str, Any], terse: bool = False) -> str | None:
