@@ -31,8 +31,8 @@ from replay.utils.errors import GoldenFormatError
 
 def named(where: Path | str, exc: Unreadable) -> GoldenFormatError:
     """A chunk that cannot be read (or changed since it was checked), as the error naming the
-    golden (a plain `except` at each public read: a context manager per read cost 3% of a
-    replay's CPU)."""
+    golden (a plain `except` at each public read: a context manager per read was about 2% of
+    a replay's CPU under the profiler)."""
     return GoldenFormatError(f"{where}: {exc}")
 
 
