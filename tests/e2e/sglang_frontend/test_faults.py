@@ -1,14 +1,13 @@
-"""Every injected engine fault shows through SGLang's own front end as natively: the ci-quick
-golden (recorded on the engine's own server) replayed with the fault through `embedded-sglang-*`,
-given ci-quick's engine settings as SGLang's own flags, fails on the same requests, with the same
-cache hits, as the detection matrix's native replay of it. The two faults a plain golden never
-reaches (prompt logprobs from a warm cache, salted cache keys) are caught through SGLang too, and
-ci-quick replays through SGLang bit for bit without a fault: SGLang's front end carries
-`logprob_start_len`, the prompt logprobs and `extra_key` as the engine's own server does.
+"""Every injected engine fault shows through SGLang's own front end as natively: the committed
+hicache-branching golden replayed with the fault through `embedded-sglang-*` fails on the same
+requests, with the same cache hits, as on the engine's own server. The two faults a plain golden
+never reaches (prompt logprobs from a warm cache, salted cache keys) are replayed from a ci-quick
+golden recorded natively, which also replays through SGLang bit for bit without a fault: SGLang's
+front end carries `logprob_start_len`, the prompt logprobs and `extra_key` as the engine's own
+server does.
 
-ci-quick, not the committed hicache-branching golden: it takes every fault's path at a quarter of
-the computed tokens (docs/faults.md). One front end per fault (25-90 s to start on 2 cores, the
-most of each test). Needs SGLang: `bash scripts/install_sglang.sh` (scripts/test.sh runs it).
+One front end per fault (25-90 s to start on 2 cores, plus the replay). Needs SGLang:
+`bash scripts/install_sglang.sh` (scripts/test.sh runs it).
 """
 
 from __future__ import annotations
@@ -25,13 +24,15 @@ from replay.jobs.detection import (BEYOND_REPLAY, CI_QUICK_ENGINE, engine_flags,
                                    profile_for, record_reference, replay_report, scenario_for)
 from replay.engine.faults import FAULTS
 from replay.engine.model import HybridModel
-from replay.golden.store import write_golden
+from replay.golden.store import read_golden, write_golden
 from replay.server.launch import launched
 from replay.server.profile import load_profile
 from replay.sglang_frontend.locate import install_hint, sglang_python
+from tests.support import paths
 
 pytestmark = pytest.mark.skipif(sglang_python() is None, reason=install_hint())
 
+COMMITTED = paths.REPO / "goldens" / "hicache-branching.zarr"
 # The faults of the engine's output-logprob cache paths, which any golden reaches; listed so that
 # a new fault is added on purpose.
 FRONTEND_FAULTS = ["conv-state-dropped", "host-bf16", "late-ssm-checkpoint", "overreport-cached",
@@ -44,6 +45,11 @@ def model() -> HybridModel:
     return HybridModel(get_config("tiny"), 0, "cpu")
 
 
+@pytest.fixture(scope="module")
+def golden():
+    return read_golden(COMMITTED)
+
+
 def outcome(report: dict) -> list[tuple]:
     """Which requests a fault breaks, with their cache hits. Where and how far a request diverges
     is not compared: under write_back, which page an eviction batch corrupts depends on when
@@ -54,6 +60,22 @@ def outcome(report: dict) -> list[tuple]:
 
 def test_the_listed_faults_exist():
     assert set(FRONTEND_FAULTS) <= set(FAULTS)
+
+
+@pytest.mark.parametrize("fault", FRONTEND_FAULTS)
+def test_a_fault_is_caught_through_sglang_exactly_as_natively(fault, model, golden, tmp_path):
+    profile = profile_for(fault)
+    report_path = tmp_path / "report.json"
+    with launched(load_profile(f"embedded-sglang-{profile}"), model=None, fault=fault,
+                  log_path=tmp_path / "server.log") as url:
+        result = runner.invoke(app, ["replay", str(COMMITTED), "--server", url,
+                                     "--report", str(report_path), "-q"])
+    assert result.exit_code == 1, result.output
+    through_sglang = json.loads(report_path.read_text())
+    native = replay_report(golden, model, profile, fault)
+    judged = judge_fault(fault, profile, through_sglang)
+    assert judged.caught and judged.placed, judged
+    assert outcome(through_sglang) == outcome(native)
 
 
 @pytest.fixture(scope="module")
@@ -72,16 +94,6 @@ def replay_through_sglang(golden_path, tmp_path, fault: str | None):
         result = runner.invoke(app, ["replay", str(golden_path), "--server", url,
                                      "--report", str(report_path), "-q"])
     return result, json.loads(report_path.read_text())
-
-
-@pytest.mark.parametrize("fault", FRONTEND_FAULTS)
-def test_a_fault_is_caught_through_sglang_exactly_as_natively(fault, model, ci_quick, tmp_path):
-    result, through_sglang = replay_through_sglang(ci_quick[1], tmp_path, fault)
-    assert result.exit_code == 1, result.output
-    native = replay_report(ci_quick[0], model, profile_for(fault), fault, **CI_QUICK_ENGINE)
-    judged = judge_fault(fault, profile_for(fault), through_sglang)
-    assert judged.caught and judged.placed, judged
-    assert outcome(through_sglang) == outcome(native)
 
 
 def test_prompt_logprobs_and_salted_requests_replay_through_sglang_bit_for_bit(ci_quick, tmp_path):
