@@ -34,7 +34,7 @@ import numpy as np
 
 from replay.utils.errors import GoldenFormatError
 from replay.golden.fingerprint import vocab_size
-from replay.golden.model import Golden, RecordedRequest
+from replay.golden.model import Golden, RecordedRequest, SupportsNodes
 from replay.golden.store import open_golden, verify_golden
 
 MAX_PROBLEMS = 20
@@ -105,7 +105,7 @@ def meaning_problems(golden: Golden) -> list[str]:
     problems: list[str] = []
     if found.outputs == 0:
         problems.append("it holds no output tokens: a replay would compare nothing")
-    problems += _tree_problems(golden)
+    problems += found.tree
     problems += _id_problems("prefix", golden.prefixes, limit)
     problems += found.new_ids[:1] + found.output_ids[:1]
     if isinstance(want_k, int) and want_k > 0 and k != want_k:
@@ -118,6 +118,9 @@ WINDOW_POSITIONS = 1 << 14  # output positions checked at once
 
 
 def _windows(reqs: Sequence[RecordedRequest]) -> Iterator[list[RecordedRequest]]:
+    if isinstance(reqs, SupportsNodes):  # read from disk: each window's arrays read at once
+        yield from reqs.windows(WINDOW_POSITIONS)
+        return
     window: list[RecordedRequest] = []
     positions = 0
     for r in reqs:
@@ -140,9 +143,12 @@ class _Found:
     top_missing: list[str] = field(default_factory=list)
     lengths: list[str] = field(default_factory=list)
     values: list[str] = field(default_factory=list)
+    tree: list[str] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # of every request read so far
 
     def read(self, reqs: list[RecordedRequest], limit: int, k: int, asked: int) -> None:
         self.outputs += sum(len(r.output_ids) for r in reqs)
+        self._read_tree(reqs)
         if not self.new_ids:
             self.new_ids = _id_problems("new_tokens", [r.new_tokens for r in reqs], limit, reqs)
         if not self.output_ids:
@@ -158,6 +164,23 @@ class _Found:
                                     f"max_new_tokens is {r.max_new_tokens}")
         if len(self.values) < MAX_PROBLEMS and not _values_sound(reqs, k, limit):
             self.values += _value_problems(reqs, limit)[:MAX_PROBLEMS - len(self.values)]
+
+
+    def _read_tree(self, reqs: list[RecordedRequest]) -> None:
+        """Each request is a node of a conversation tree: turn 0 exactly for a root, else its
+        parent's turn + 1, the parent earlier in golden order (the first 3 that are not)."""
+        turns = self.turns
+        for r in reqs:
+            i = len(turns)
+            if r.parent < 0:
+                ok = r.turn == 0
+            else:
+                ok = 0 <= r.parent < i and r.turn == turns[r.parent] + 1
+            if not ok and len(self.tree) < 3:
+                self.tree.append(f"request {r.id}: turn {r.turn} with parent {r.parent} is not a "
+                                 "conversation tree (turn 0 exactly for roots, else the parent's "
+                                 "turn + 1)")
+            turns.append(r.turn)
 
 
 def _values_sound(reqs: list[RecordedRequest], k: int, limit: int) -> bool:
@@ -183,23 +206,6 @@ def _value_problems(reqs: list[RecordedRequest], limit: int) -> list[str]:
             problems.append(f"request {r.id}: {problem} is not a log-probability")
         if r.top_ids is not None:
             problems += _top_problems(r.id, r.top_ids, len(r.output_ids), limit)
-    return problems
-
-
-def _tree_problems(golden: Golden) -> list[str]:
-    reqs = golden.nodes
-    problems = []
-    for i, r in enumerate(reqs):
-        if r.parent < 0:
-            ok = r.turn == 0
-        else:
-            ok = 0 <= r.parent < i and r.turn == reqs[r.parent].turn + 1
-        if not ok:
-            problems.append(f"request {r.id}: turn {r.turn} with parent {r.parent} is not a "
-                            "conversation tree (turn 0 exactly for roots, else the parent's "
-                            "turn + 1)")
-            if len(problems) >= 3:
-                break
     return problems
 
 

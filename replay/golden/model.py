@@ -9,7 +9,7 @@ of float32s for SGLang); comparisons are done on bit patterns.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
@@ -48,7 +48,8 @@ class RecordedRequest(TreeNode):
 class SupportsNodes(Protocol):
     """Requests read from disk as they are asked for (`replay.golden.stored.StoredRequests`):
     the tree, the outputs and the prompt-logprob starts can be had without reading the rest of
-    any answer, and a subset without reading anything."""
+    any answer, a subset without reading anything, and a pass over every request a window of
+    them at a time, each window read at once."""
 
     @property
     def nodes(self) -> Sequence[TreeNode]: ...
@@ -61,6 +62,8 @@ class SupportsNodes(Protocol):
     def output_lengths(self) -> np.ndarray: ...
 
     def select(self, keep: Sequence[int]) -> Sequence[RecordedRequest]: ...
+
+    def windows(self, positions: int) -> Iterator[list[RecordedRequest]]: ...
 
 
 @dataclass

@@ -92,6 +92,23 @@ class StoredRequests(Sequence[RecordedRequest]):
         for i in range(len(self)):
             yield self._read(i, int(self.index[i]))
 
+    def windows(self, positions: int) -> Iterator[list[RecordedRequest]]:
+        """Every request in golden order, about `positions` output positions at a time, each
+        window's arrays read once for all its requests (a pass over the whole golden, as the
+        meaning check makes, then costs a few reads per window, not per request). A window's
+        requests are views of its arrays: for a pass that drops each window before the next."""
+        ends = np.cumsum(self.output_lengths())
+        i = 0
+        while i < len(self):
+            start = int(ends[i - 1]) if i else 0
+            j = min(max(int(np.searchsorted(ends, start + positions)) + 1, i + 1), len(self))
+            try:
+                window = self._window(i, j)
+            except Unreadable as exc:
+                raise named(self.where, exc) from None
+            yield window
+            i = j
+
     @property
     def nodes(self) -> Sequence[TreeNode]:
         """The tree alone: request i's node, read without its answer."""
@@ -147,28 +164,72 @@ class StoredRequests(Sequence[RecordedRequest]):
         off = self.table.output_offsets
         return self.arrays["output_ids"].rows(int(off[s]), int(off[s + 1]))
 
-    def _node(self, i: int, s: int) -> TreeNode:
+    def _node(self, i: int, s: int, new_tokens: np.ndarray | None = None) -> TreeNode:
         group, branch, turn, _, max_new, _ = self.table.requests[s].tolist()
-        off = self.table.new_token_offsets
+        if new_tokens is None:
+            off = self.table.new_token_offsets
+            new_tokens = self.arrays["new_tokens"].rows(int(off[s]), int(off[s + 1]))
         return TreeNode(id=self.attrs["request_ids"][s], group=group, branch=branch, turn=turn,
-                        parent=int(self.parents[i]),
-                        new_tokens=self.arrays["new_tokens"].rows(int(off[s]), int(off[s + 1])),
-                        max_new_tokens=max_new)
+                        parent=int(self.parents[i]), new_tokens=new_tokens, max_new_tokens=max_new)
 
     def _read(self, i: int, s: int) -> RecordedRequest:
-        node = self._node(i, s)
         a, b = int(self.table.output_offsets[s]), int(self.table.output_offsets[s + 1])
         ids = self._output(s)
         lps = _float64(self.arrays["logprobs"].rows(a, b))
         top: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
         if self.k > 0 and s not in self.no_top:
             top = self._top(int(self.top_offsets[s]), ids, lps)
-        prompt: dict[str, Any] = {}
-        start = -1 if self.prompt_starts_all is None else int(self.prompt_starts_all[s])
-        if start >= 0 and self.prompt_offsets is not None:
+        prompt = None
+        if self._prompt_start(s) >= 0 and self.prompt_offsets is not None:
             p, q = int(self.prompt_offsets[s]), int(self.prompt_offsets[s + 1])
-            prompt = {"prompt_logprob_start": start,
-                      "prompt_logprobs": _float64(self.arrays["prompt_logprobs"].rows(p, q))}
+            prompt = _float64(self.arrays["prompt_logprobs"].rows(p, q))
+        return self._assemble(self._node(i, s), s, ids, lps, top, prompt)
+
+    def _window(self, i: int, j: int) -> list[RecordedRequest]:
+        """Requests i..j-1, each array read once for all of them (their own arrays are views of
+        the window's); request by request where they are not stored side by side (a select)."""
+        stored = self.index[i:j]
+        if j - i < 2 or not bool((np.diff(stored) == 1).all()):
+            return [self._read(x, int(self.index[x])) for x in range(i, j)]
+        s0, s1 = int(stored[0]), int(stored[-1]) + 1
+        out_off, new_off = self.table.output_offsets, self.table.new_token_offsets
+        a0 = int(out_off[s0])
+        ids = self.arrays["output_ids"].rows(a0, int(out_off[s1]))
+        lps = _float64(self.arrays["logprobs"].rows(a0, int(out_off[s1])))
+        new = self.arrays["new_tokens"].rows(int(new_off[s0]), int(new_off[s1]))
+        t0 = int(self.top_offsets[s0])
+        tops: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
+        if self.k > 0:
+            with_top = np.diff(self.top_offsets[s0:s1 + 1]) > 0
+            chosen = np.repeat(with_top, np.diff(out_off[s0:s1 + 1]))
+            tops = self._top(t0, ids[chosen], lps[chosen])
+        p0 = int(self.prompt_offsets[s0]) if self.prompt_offsets is not None else 0
+        prompts = (_float64(self.arrays["prompt_logprobs"].rows(p0, int(self.prompt_offsets[s1])))
+                   if self.prompt_offsets is not None else None)
+        window = []
+        for x in range(i, j):
+            s = s0 + x - i
+            a, b = int(out_off[s]) - a0, int(out_off[s + 1]) - a0
+            top = {"top_ids": None, "top_logprobs": None}
+            if self.k > 0 and s not in self.no_top:
+                t, u = int(self.top_offsets[s]) - t0, int(self.top_offsets[s + 1]) - t0
+                top = {name: rows[t:u] for name, rows in tops.items()}  # type: ignore[index]
+            prompt = None
+            if self._prompt_start(s) >= 0 and prompts is not None:
+                prompt = prompts[int(self.prompt_offsets[s]) - p0:int(self.prompt_offsets[s + 1]) - p0]
+            n0, n1 = int(new_off[s]) - int(new_off[s0]), int(new_off[s + 1]) - int(new_off[s0])
+            window.append(self._assemble(self._node(x, s, new[n0:n1]), s, ids[a:b], lps[a:b], top,
+                                         prompt))
+        return window
+
+    def _prompt_start(self, s: int) -> int:
+        return -1 if self.prompt_starts_all is None else int(self.prompt_starts_all[s])
+
+    def _assemble(self, node: TreeNode, s: int, ids: np.ndarray, lps: np.ndarray,
+                  top: dict[str, np.ndarray | None], prompt: np.ndarray | None) -> RecordedRequest:
+        extra: dict[str, Any] = {}
+        if prompt is not None:
+            extra = {"prompt_logprob_start": self._prompt_start(s), "prompt_logprobs": prompt}
         return RecordedRequest(
             id=node.id, group=node.group, branch=node.branch, turn=node.turn,
             parent=node.parent, new_tokens=node.new_tokens, max_new_tokens=node.max_new_tokens,
@@ -177,7 +238,7 @@ class StoredRequests(Sequence[RecordedRequest]):
             cached_details=self.attrs["cached_tokens_details"][s],
             finish_reason=self.attrs["finish_reasons"][s],
             num_retractions=int(self.table.num_retractions[s]),
-            **top, **prompt)
+            **top, **extra)
 
     def _top(self, t: int, ids: np.ndarray, lps: np.ndarray) -> dict[str, np.ndarray | None]:
         n = len(ids)

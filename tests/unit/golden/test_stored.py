@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +157,45 @@ def test_opening_a_golden_holds_no_chunk_of_any_array(tmp_path):
     assert meta["chunk_grid"]["configuration"]["chunk_shape"][0] == 4096
     assert {name: len(a._held) for name, a in stored.arrays.items()} == {
         name: 0 for name in stored.arrays}
+
+
+def windows_of(requests: StoredRequests, positions: int) -> SimpleNamespace:
+    return SimpleNamespace(requests=[r for w in requests.windows(positions) for r in w])
+
+
+@pytest.mark.parametrize("positions", [1, 7, 25, 10_000])
+def test_windows_give_the_requests_read_one_by_one(tmp_path, positions):
+    whole = golden(prompt=True)
+    for r in whole.requests[3::5]:  # requests stored without top-k between ones with it
+        r.top_ids = r.top_logprobs = None
+    written(whole, tmp_path / "g.zarr", chunk_rows=7, whole_rows=7)
+    stored = open_golden(tmp_path / "g.zarr").requests
+    assert isinstance(stored, StoredRequests)
+    same_requests(windows_of(stored, positions), SimpleNamespace(requests=list(stored)))
+
+
+@pytest.mark.parametrize("name", ["hicache-branching", "deep"])
+def test_windows_of_a_committed_golden_give_its_requests(name):
+    stored = open_golden(COMMITTED / f"{name}.zarr").requests
+    assert isinstance(stored, StoredRequests)
+    same_requests(windows_of(stored, 64), SimpleNamespace(requests=list(stored)))
+
+
+def test_windows_of_a_layout_1_golden_give_its_requests():
+    stored = open_golden(paths.DATA / "layout1" / "hicache-branching.zarr").requests
+    assert isinstance(stored, StoredRequests)
+    same_requests(windows_of(stored, 64), SimpleNamespace(requests=list(stored)))
+
+
+def test_windows_of_a_subset_give_the_subsets_requests(tmp_path):
+    sub = subset_golden(open_golden(chunked(tmp_path)), [5, 17, 23]).requests
+    assert isinstance(sub, StoredRequests)
+    same_requests(windows_of(sub, 25), SimpleNamespace(requests=list(sub)))
+
+
+def test_the_requests_of_a_window_cannot_be_written_by_mistake(tmp_path):
+    stored = open_golden(chunked(tmp_path, prompt=True)).requests
+    assert isinstance(stored, StoredRequests)
+    for r in next(iter(stored.windows(10_000))):
+        for a in (r.output_ids, r.logprobs, r.top_ids, r.top_logprobs, r.new_tokens):
+            assert not a.flags.writeable
