@@ -7,8 +7,9 @@ decoded chunks held per array), so a replay of 100k requests holds about as much
 Request i is the very `RecordedRequest` the whole-golden reader gives (rank 0 of its top-k rows
 rebuilt from its chosen tokens and the `top1_exceptions`, float32 values widened on their bit
 patterns), with read-only arrays of their own (never views that would pin a chunk). `nodes`
-walks the tree without reading any answer, and `select` keeps a subset (a shard, a minimized
-golden) without reading.
+walks the tree without reading any answer, `select` keeps a subset (a shard, a minimized
+golden) without reading, and `windows` gives a pass over every request (the meaning check's) a
+window at a time, each array read once per window instead of once per request.
 """
 
 from __future__ import annotations
