@@ -165,7 +165,6 @@ class _Found:
         if len(self.values) < MAX_PROBLEMS and not _values_sound(reqs, k, limit):
             self.values += _value_problems(reqs, limit)[:MAX_PROBLEMS - len(self.values)]
 
-
     def _read_tree(self, reqs: list[RecordedRequest]) -> None:
         """Each request is a node of a conversation tree: turn 0 exactly for a root, else its
         parent's turn + 1, the parent earlier in golden order (the first 3 that are not)."""

@@ -199,7 +199,7 @@ class StoredRequests(Sequence[RecordedRequest]):
         lps = _float64(self.arrays["logprobs"].rows(a0, int(out_off[s1])))
         new = self.arrays["new_tokens"].rows(int(new_off[s0]), int(new_off[s1]))
         t0 = int(self.top_offsets[s0])
-        tops: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
+        tops: dict[str, np.ndarray | None] = {}  # the window's top rows, of the requests with top-k
         if self.k > 0:
             with_top = np.diff(self.top_offsets[s0:s1 + 1]) > 0
             chosen = np.repeat(with_top, np.diff(out_off[s0:s1 + 1]))
@@ -211,13 +211,14 @@ class StoredRequests(Sequence[RecordedRequest]):
         for x in range(i, j):
             s = s0 + x - i
             a, b = int(out_off[s]) - a0, int(out_off[s + 1]) - a0
-            top = {"top_ids": None, "top_logprobs": None}
-            if self.k > 0 and s not in self.no_top:
+            top: dict[str, np.ndarray | None] = {"top_ids": None, "top_logprobs": None}
+            if tops and s not in self.no_top:
                 t, u = int(self.top_offsets[s]) - t0, int(self.top_offsets[s + 1]) - t0
                 top = {name: rows[t:u] for name, rows in tops.items()}  # type: ignore[index]
             prompt = None
             if self._prompt_start(s) >= 0 and prompts is not None:
-                prompt = prompts[int(self.prompt_offsets[s]) - p0:int(self.prompt_offsets[s + 1]) - p0]
+                p, q = int(self.prompt_offsets[s]) - p0, int(self.prompt_offsets[s + 1]) - p0
+                prompt = prompts[p:q]
             n0, n1 = int(new_off[s]) - int(new_off[s0]), int(new_off[s + 1]) - int(new_off[s0])
             window.append(self._assemble(self._node(x, s, new[n0:n1]), s, ids[a:b], lps[a:b], top,
                                          prompt))
