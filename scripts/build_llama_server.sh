@@ -145,8 +145,11 @@ install_prebuilt() {
     nice -n 10 "$PREBUILT_DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         --only-binary xllamacpp "xllamacpp==$XVERSION" >&2
     cp "$HERE/llama_server_prebuilt.py" "$PREBUILT_DIR/llama_server_prebuilt.py"
-    printf '#!/bin/sh\n# llama.cpp'"'"'s server from the xllamacpp wheel (scripts/build_llama_server.sh writes this)\nexec "%s" "%s" "$@"\n' \
-        "$PREBUILT_DIR/venv/bin/python" "$PREBUILT_DIR/llama_server_prebuilt.py" >"$WRAPPER"
+    cat >"$WRAPPER" <<EOF
+#!/bin/sh
+# llama.cpp's server from the xllamacpp wheel (scripts/build_llama_server.sh writes this)
+exec "$PREBUILT_DIR/venv/bin/python" "$PREBUILT_DIR/llama_server_prebuilt.py" "\$@"
+EOF
     chmod +x "$WRAPPER"
     "$WRAPPER" --version >&2
 }
