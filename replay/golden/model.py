@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replay.golden.tree import TreeNode, input_ids, subset
+from replay.golden.tree import TreeColumns, TreeNode, input_ids, subset
 
 
 def interned_reason(reason: Any) -> Any:
@@ -49,10 +49,14 @@ class SupportsNodes(Protocol):
     """Requests read from disk as they are asked for (`replay.golden.stored.StoredRequests`):
     the tree, the outputs and the prompt-logprob starts can be had without reading the rest of
     any answer, a subset without reading anything, and a pass over every request a window of
-    them at a time, each window read at once."""
+    them at a time, each window read at once; the tree's fields as arrays (`columns`) come
+    from the table, with no read at all."""
 
     @property
     def nodes(self) -> Sequence[TreeNode]: ...
+
+    @property
+    def columns(self) -> TreeColumns: ...
 
     @property
     def prompt_starts(self) -> list[int]: ...
@@ -91,6 +95,11 @@ class Golden:
     def nodes(self) -> Sequence[TreeNode]:
         """The tree without the answers (cheap to walk, whatever holds the requests)."""
         return self.requests.nodes if self.stored else self.requests  # type: ignore[attr-defined]
+
+    @property
+    def columns(self) -> TreeColumns:
+        """Every node's tree fields as arrays (a pass over the tree without its tokens)."""
+        return self.requests.columns if self.stored else TreeColumns.of(self.requests)  # type: ignore[attr-defined]
 
     @property
     def prompt_starts(self) -> list[int]:

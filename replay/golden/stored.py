@@ -24,7 +24,7 @@ from replay.golden.checks import Unreadable
 from replay.golden.chunks import ChunkedArray
 from replay.golden.model import RecordedRequest, interned_reason
 from replay.golden.pack import Table
-from replay.golden.tree import TreeNode, closed_under_parents
+from replay.golden.tree import TreeColumns, TreeNode, closed_under_parents
 from replay.utils.bits import widen_float32
 from replay.utils.shared import SharedValues
 from replay.utils.errors import GoldenFormatError
@@ -64,7 +64,8 @@ class StoredRequests(Sequence[RecordedRequest]):
         self.prompt_starts_all = prompt["starts"] if prompt is not None else None
         self.prompt_offsets = (np.concatenate([[0], np.cumsum(prompt["counts"], dtype=np.int64)])
                                if prompt is not None else None)
-        self._nodes = _Nodes(self)  # one view, made once (a replay asks ~10 times a request)
+        self._nodes = _Nodes(self)  # one view, made once (a replay asks a few times a request)
+        self._columns: TreeColumns | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -114,6 +115,15 @@ class StoredRequests(Sequence[RecordedRequest]):
     def nodes(self) -> Sequence[TreeNode]:
         """The tree alone: request i's node, read without its answer."""
         return self._nodes
+
+    @property
+    def columns(self) -> TreeColumns:
+        """The tree's fields from the table (nothing read), made once."""
+        if self._columns is None:
+            group, branch, turn = self.table.requests[self.index, :3].T.astype(np.int64)
+            new = np.diff(self.table.new_token_offsets)[self.index].astype(np.int64)
+            self._columns = TreeColumns(group, branch, turn, self.parents.astype(np.int64), new)
+        return self._columns
 
     @property
     def prompt_starts(self) -> list[int]:

@@ -62,15 +62,40 @@ def input_ids(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
     return np.concatenate(parts).astype(np.int32)
 
 
-def input_lengths(nodes: Sequence[TreeNode], prefixes: Sequence[np.ndarray],
-                  output_len_of: Callable[[int], int]) -> np.ndarray:
+@dataclass(frozen=True)
+class TreeColumns:
+    """Every node's tree fields, one int64 array each (40 bytes a node): what a pass over the
+    whole tree reads (its shape, its input lengths, who is whose parent), so that such a pass
+    over a stored golden reads no node's tokens (`StoredRequests.columns` has them from the
+    golden's table)."""
+
+    group: np.ndarray
+    branch: np.ndarray
+    turn: np.ndarray
+    parent: np.ndarray
+    new_lengths: np.ndarray  # len(node.new_tokens)
+
+    @classmethod
+    def of(cls, nodes: Sequence[TreeNode]) -> "TreeColumns":
+        cols = np.empty((5, len(nodes)), dtype=np.int64)
+        for k, node in enumerate(nodes):
+            cols[:, k] = node.group, node.branch, node.turn, node.parent, len(node.new_tokens)
+        return cls(*cols)
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+
+def input_lengths(columns: TreeColumns, prefixes: Sequence[np.ndarray],
+                  output_lengths: np.ndarray) -> np.ndarray:
     """The length of every node's input (`input_ids`' rule, counted instead of built), in one
     pass over the tree (topological: a parent's length is known first)."""
-    lengths = np.zeros(len(nodes), dtype=np.int64)
-    for i, node in enumerate(nodes):
-        before = (lengths[node.parent] + output_len_of(node.parent) if node.parent >= 0
-                  else len(prefixes[node.group]))
-        lengths[i] = before + len(node.new_tokens)
+    lengths = np.zeros(len(columns), dtype=np.int64)
+    outputs = output_lengths.tolist()
+    for i, (group, parent, new) in enumerate(zip(columns.group.tolist(), columns.parent.tolist(),
+                                                 columns.new_lengths.tolist())):
+        before = lengths[parent] + outputs[parent] if parent >= 0 else len(prefixes[group])
+        lengths[i] = before + new
     return lengths
 
 

@@ -9,7 +9,6 @@ diffed as they arrive and only the judgement is kept.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -111,8 +110,9 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
     expectation = with_eviction_pressure(expectation, server_info, footprint(golden))
     vocab = vocab_size(model_info, server_info)
     nodes = golden.nodes
-    output_lens = golden.output_lengths()
-    input_lens = input_lengths(nodes, golden.prefixes, lambda j: int(output_lens[j]))
+    columns = golden.columns
+    parents = columns.parent.tolist()
+    input_lens = input_lengths(columns, golden.prefixes, golden.output_lengths())
     tally = HitTally()
     shared = SharedValues()  # one dict per distinct cached-tokens-per-tier answer
     result = ReplayResult(
@@ -144,7 +144,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
                     placed: list[RequestOutcome | None] = placed) -> None:
             if completion.num_retractions > 0:
                 retracted.add(i)
-            parent = nodes[i].parent
+            parent = parents[i]
             allowed = lag if parent in retracted else 0
             outcome = judge(golden, i, input_lens, completion, rep, options.policy, expectation,
                             allowed, salted)
@@ -155,7 +155,7 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
                 progress(outcome.id, not outcome.passed)
 
         sources_before = await conn.hit_sources()
-        await run_nodes(conn, nodes, golden.input_ids, on_done,
+        await run_nodes(conn, nodes, golden.input_ids, on_done, columns=columns,
                         schedule=options.schedule, top_k=golden.top_k, vocab_size=vocab,
                         extras_for=extras_for if with_extras else None)
         tally.add_sources(sources_before, await conn.hit_sources())
@@ -168,16 +168,15 @@ async def replay(conn: Connection, golden: Golden, golden_name: str, options: Re
 def shares_prefixes(golden: Golden) -> bool:
     """Whether any request could be served from the cache: a follow-up turn (its history) or a
     second request in a group (the group's prefix)."""
-    nodes = golden.nodes
-    groups = Counter(node.group for node in nodes)
-    return any(node.parent >= 0 for node in nodes) or any(n > 1 for n in groups.values())
+    columns = golden.columns
+    return bool((columns.parent >= 0).any()) or len(np.unique(columns.group)) < len(columns)
 
 
 def footprint(golden: Golden) -> int:
     """The distinct tokens a golden puts through a prefix cache: each group's shared prefix once,
     then every request's own new tokens and its output (the radix tree it grows)."""
     prefixes = sum(len(p) for p in golden.prefixes)
-    return (prefixes + sum(len(node.new_tokens) for node in golden.nodes)
+    return (prefixes + int(golden.columns.new_lengths.sum())
             + int(golden.output_lengths().sum()))
 
 

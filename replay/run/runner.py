@@ -20,7 +20,7 @@ import numpy as np
 from replay.server.apis.base import NO_EXTRAS, Completion, RequestExtras
 from replay.server.connection import Connection
 from replay.utils.errors import UsageError
-from replay.golden.tree import TreeNode
+from replay.golden.tree import TreeColumns, TreeNode
 
 SCHEDULES = ("lockstep", "interleave", "dag")
 
@@ -45,15 +45,17 @@ async def run_nodes(
     vocab_size: int | None,
     only: Iterable[int] | None = None,
     extras_for: Callable[[int], RequestExtras] | None = None,
+    columns: TreeColumns | None = None,
 ) -> None:
     """Run every node (or the indices in `only`: the others are already complete); the first
     error cancels the rest and propagates. `extras_for(i)`, when given, is what node i asks
     beyond output logprobs (prompt logprobs, a cache key). As many workers as the client lets
     requests be in flight send them in the schedule's order, each building its request's input
-    only when it sends it: what is held does not grow with the tree."""
+    only when it sends it: what is held does not grow with the tree. `columns`, when given, are
+    the nodes' tree fields (`Golden.columns`: a stored golden's, read from no node)."""
     check_schedule(schedule)
     todo = np.arange(len(nodes), dtype=np.int64) if only is None else np.fromiter(only, np.int64)
-    shape = _Shape.of(nodes, todo)
+    shape = _Shape.of(columns if columns is not None else TreeColumns.of(nodes), todo)
 
     async def one(i: int) -> None:
         node = nodes[i]
@@ -86,12 +88,9 @@ class _Shape:
     parent: np.ndarray
 
     @classmethod
-    def of(cls, nodes: Sequence[TreeNode], todo: np.ndarray) -> "_Shape":
-        cols = np.empty((4, len(todo)), dtype=np.int64)
-        for k, i in enumerate(todo.tolist()):
-            node = nodes[i]
-            cols[:, k] = node.turn, node.group, node.branch, node.parent
-        return cls(todo, *cols)
+    def of(cls, columns: TreeColumns, todo: np.ndarray) -> "_Shape":
+        return cls(todo, columns.turn[todo], columns.group[todo], columns.branch[todo],
+                   columns.parent[todo])
 
 
 async def _run_dag(shape: _Shape, one: Callable[[int], Awaitable[None]], workers: int) -> None:

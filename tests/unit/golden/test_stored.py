@@ -15,6 +15,7 @@ import pytest
 from replay.golden.model import SupportsNodes, subset_golden
 from replay.golden.store import open_golden, read_golden
 from replay.golden.stored import StoredRequests
+from replay.golden.tree import TreeColumns
 from replay.utils.errors import GoldenFormatError
 from tests.support import paths
 from tests.unit.golden.test_stream import golden, same_requests, written
@@ -114,6 +115,19 @@ def test_the_tree_of_an_opened_golden_is_walked_without_reading_any_answer(tmp_p
         (r.id, r.parent, r.turn) for r in golden().requests]
     assert not any(stored.arrays[name]._held for name in ("logprobs", "top_ids_rest",
                                                           "top_logprobs_rest"))
+
+
+def test_the_columns_of_an_opened_golden_and_its_subset_are_its_nodes_fields_read_from_nothing(
+        tmp_path):
+    opened, whole = open_golden(chunked(tmp_path)), golden()
+    stored = opened.requests
+    assert isinstance(stored, StoredRequests)
+    for mine, theirs in ((opened, whole), (subset_golden(opened, [5, 23]),
+                                           subset_golden(whole, [5, 23]))):
+        expected = TreeColumns.of(theirs.requests)
+        for name in ("group", "branch", "turn", "parent", "new_lengths"):
+            assert getattr(mine.columns, name).tolist() == getattr(expected, name).tolist(), name
+    assert not any(a._held for a in stored.arrays.values())
 
 
 def test_the_output_lengths_of_an_opened_golden_and_its_subset_are_read_from_no_answer(tmp_path):
