@@ -18,6 +18,8 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,8 +28,12 @@ from bench_load import REPO, run_child, start_stub  # noqa: E402
 from bench_memory import POSITIONS, scenario  # noqa: E402
 
 
+REPLAY_ARGS = ["--concurrency", "64", "-q", "--expect-cache", "attention"]  # after GOLDEN --server URL
+
+
 def record(requests: int, work: Path) -> Path:
-    spec, golden = work / "scenario.toml", work / "golden.zarr"
+    """The `bench_memory` golden of `requests` requests, recorded with this tree into `work`."""
+    spec, golden = work / f"s{requests}.toml", work / f"g{requests}.zarr"
     spec.write_text(scenario(requests))
     ref, url = start_stub(radix=False)
     try:
@@ -40,8 +46,10 @@ def record(requests: int, work: Path) -> Path:
     return golden
 
 
-def replay(golden: Path, repo: Path, pin: bool) -> tuple[float, float]:
-    """Wall and CPU seconds of one `golden replay` run by `repo`'s tool."""
+@contextmanager
+def hot_stub(pin: bool) -> Iterator[str]:
+    """The radix protocol stub's URL; with `pin` the stub runs on core 0 and whatever this
+    process starts inside the block on core 1."""
     every = os.sched_getaffinity(0)
     if pin:
         os.sched_setaffinity(0, {0})
@@ -49,20 +57,31 @@ def replay(golden: Path, repo: Path, pin: bool) -> tuple[float, float]:
     try:
         if pin:
             os.sched_setaffinity(0, {1})
-        r = run_child(["replay", str(golden), "--server", url, "--concurrency", "64", "-q",
-                       "--expect-cache", "attention"], repo)
+        yield url
     finally:
         hot.kill()
         os.sched_setaffinity(0, every)
+
+
+def replay(golden: Path, repo: Path, pin: bool) -> tuple[float, float]:
+    """Wall and CPU seconds of one `golden replay` run by `repo`'s tool."""
+    with hot_stub(pin) as url:
+        r = run_child(["replay", str(golden), "--server", url, *REPLAY_ARGS], repo)
     if r[2] != 0:
         raise SystemExit(f"{repo}: replay exited {r[2]}")
     return r[0], r[3]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
+def parser_with_base(doc: str | None) -> argparse.ArgumentParser:
+    """The command line of a side-by-side benchmark: `doc` as its help, `--base CHECKOUT`."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", type=Path, required=True, help="the other checkout")
+    return ap
+
+
+def main() -> None:
+    ap = parser_with_base(__doc__)
     ap.add_argument("--requests", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--pin", action="store_true", help="stub on core 0, the replay on core 1")

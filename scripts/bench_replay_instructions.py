@@ -26,7 +26,6 @@ Usage: python3 scripts/bench_replay_instructions.py --base CHECKOUT [--small 256
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -38,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_load import REPO, run_child, start_stub  # noqa: E402
-from bench_memory import scenario  # noqa: E402
+from bench_load import REPO  # noqa: E402
+from bench_replay_cpu import REPLAY_ARGS, hot_stub, parser_with_base, record  # noqa: E402
 
 # what replay_golden asks of the golden, request by request (run in the tree being measured)
 GOLDEN_WORK = """
@@ -58,20 +57,6 @@ print(time.process_time() - t0)
 """
 
 
-def record(requests: int, work: Path) -> Path:
-    spec, golden = work / f"s{requests}.toml", work / f"g{requests}.zarr"
-    spec.write_text(scenario(requests))
-    ref, url = start_stub(radix=False)
-    try:
-        r = run_child(["record", "--server", url, "--scenario", str(spec), "--out", str(golden),
-                       "--concurrency", "64", "-q"])
-    finally:
-        ref.kill()
-    if r[2] != 0:
-        raise SystemExit(f"record exited {r[2]}")
-    return golden
-
-
 def instructions(argv: list[str], cwd: Path) -> int:
     """Instructions valgrind counts for `argv` (this interpreter's own binary, not a shim)."""
     p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
@@ -85,19 +70,9 @@ def instructions(argv: list[str], cwd: Path) -> int:
 
 def replay_instructions(golden: Path, tree: Path) -> int:
     """The `golden replay` process, on core 1 with the stub on core 0 where there are two."""
-    every = os.sched_getaffinity(0)
-    pin = {0, 1} <= every
-    if pin:
-        os.sched_setaffinity(0, {0})
-    hot, url = start_stub(radix=True)
-    try:
-        if pin:
-            os.sched_setaffinity(0, {1})
+    with hot_stub({0, 1} <= os.sched_getaffinity(0)) as url:
         return instructions([sys.executable, "-m", "cli", "replay", str(golden), "--server", url,
-                             "--concurrency", "64", "-q", "--expect-cache", "attention"], tree)
-    finally:
-        hot.kill()
-        os.sched_setaffinity(0, every)
+                             *REPLAY_ARGS], tree)
 
 
 def golden_instructions(golden: Path, tree: Path) -> int:
@@ -113,9 +88,7 @@ def golden_seconds(golden: Path, tree: Path) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", type=Path, required=True, help="the other checkout")
+    ap = parser_with_base(__doc__)
     ap.add_argument("--small", type=int, default=256)
     ap.add_argument("--large", type=int, default=1024)
     ap.add_argument("--seconds", type=int, default=0, metavar="REQUESTS",
