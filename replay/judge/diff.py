@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from replay.judge.top_k import top_k_rows_equal
 from replay.utils.bits import ULP_INFINITE, same_bits, ulp_distance
 from replay.utils.errors import UsageError
 
@@ -258,8 +259,8 @@ def _compare_top(
     """Per compared position: top-k equal under the tie rule? the same tokens (up to the tie
     rule)? and the max ULP distance over shared tokens.
 
-    Rows that are identical (ids and value bits) are settled in one vectorized pass; only the
-    others go through the per-row tie rule.
+    Rows that are identical (ids and value bits) are settled in one vectorized pass; the others
+    by the tie rule, all at once (replay/judge/top_k.py).
     """
     ok = np.ones(compared, dtype=bool)
     members_ok = np.ones(compared, dtype=bool)
@@ -271,37 +272,8 @@ def _compare_top(
     if gi.shape[1] != ri.shape[1]:
         raise UsageError(f"top-k width differs: golden {gi.shape[1]}, replay {ri.shape[1]}")
     row_same = np.all(gi == ri, axis=1) & np.all(same_bits(gv, rv), axis=1)
-    for pos in np.flatnonzero(~row_same):
-        ok[pos], members_ok[pos], worst[pos] = top_k_equal(gi[pos], gv[pos], ri[pos], rv[pos])
+    differ = np.flatnonzero(~row_same)
+    if differ.size:
+        ok[differ], members_ok[differ], worst[differ] = top_k_rows_equal(
+            gi[differ], gv[differ], ri[differ], rv[differ])
     return ok, members_ok, worst
-
-
-def top_k_equal(g_ids: np.ndarray, g_vals: np.ndarray, r_ids: np.ndarray,
-                r_vals: np.ndarray) -> tuple[bool, bool, int]:
-    """SGLang's tie-tolerant bitwise top-k equality for one position.
-
-    Returns (equal, same_members, worst): `equal` under the tie rule; `same_members` when the
-    token sets agree up to the tie rule (values of shared tokens may differ); `worst` the max ULP
-    distance over shared tokens. Ids of -1 mark absent entries."""
-    g = {int(t): v for t, v in zip(g_ids, g_vals) if t >= 0}
-    r = {int(t): v for t, v in zip(r_ids, r_vals) if t >= 0}
-    shared = g.keys() & r.keys()
-    worst = 0
-    values_equal = True
-    for t in shared:
-        a, b = np.array([g[t]]), np.array([r[t]])
-        if not same_bits(a, b)[0]:
-            values_equal = False
-            worst = max(worst, int(ulp_distance(a, b)[0]))
-    members = True
-    for source, other in ((g, r), (r, g)):
-        only = source.keys() - other.keys()
-        if not only:
-            continue
-        if not other:
-            members = False
-            continue
-        floor = np.array([min(other.values())])
-        if not all(same_bits(np.array([source[t]]), floor)[0] for t in only):
-            members = False
-    return values_equal and members, members, worst

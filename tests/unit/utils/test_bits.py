@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from replay.utils.bits import ULP_INFINITE, fits_float32, has_float32_specials, same_bits, ulp_distance
-from replay.judge.diff import top_k_equal
 
 float32_bits = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -60,14 +59,6 @@ def test_values_that_are_not_float32_are_measured_in_float64_steps():
     x = 0.1  # not a float32
     assert not fits_float32(np.array([x]))[0]
     assert ulp_distance(np.array([x]), np.array([np.nextafter(x, 1.0)]))[0] == 1
-
-
-@given(st.lists(st.tuples(st.integers(0, 50), float32_bits), min_size=1, max_size=6, unique_by=lambda t: t[0]),
-       st.lists(st.tuples(st.integers(0, 50), float32_bits), min_size=1, max_size=6, unique_by=lambda t: t[0]))
-def test_tie_rule_is_symmetric_for_any_lists(a, b):
-    ai, av = np.array([t for t, _ in a]), np.array([f32(v) for _, v in a])
-    bi, bv = np.array([t for t, _ in b]), np.array([f32(v) for _, v in b])
-    assert top_k_equal(ai, av, bi, bv)[:2] == top_k_equal(bi, bv, ai, av)[:2]
 
 
 @pytest.mark.parametrize("pattern, special", [
