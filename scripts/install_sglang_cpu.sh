@@ -66,7 +66,7 @@ TORCH="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>
     echo "install_sglang_cpu: torch is not installed in $PY (pip install torch==2.13.0 first)" >&2; exit 2; }
 # What the stamp covers: every input of the environment, the kernel's sources included.
 KERNEL_ID="${KERNEL_SRC:-$(sha256sum "$TARBALL" | cut -c1-16)}"
-WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN ${NIXL_PINS[*]} ${SEAWEEDFS_PINS[*]} torch-$TORCH kernel-$KERNEL_ID $(sha256sum scripts/sglang_cpu/* | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
+WANT="${SGLANG[*]} ${PACKAGES[*]} $MOONCAKE_PIN ${NIXL_PINS[*]} ${SEAWEEDFS_PINS[*]} torch-$TORCH kernel-$KERNEL_ID $(find scripts/sglang_cpu -maxdepth 1 -type f | LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-16) stub-1 pth-1 $FINGERPRINT"
 stamp_step "$@"
 
 rm -f "$STAMP"  # a half-made venv must never look installed

@@ -142,6 +142,29 @@ def test_the_stamp_names_the_user_venv(installer, user_venv, tmp_path):
     assert f"env={user_venv} " in wanted.stdout
 
 
+def test_bytecode_beside_the_cpu_installers_scripts_leaves_its_stamp_as_it_was(user_venv, tmp_path):
+    """Python writes __pycache__ next to scripts/sglang_cpu/*.py wherever PYTHONDONTWRITEBYTECODE
+    is unset (a test importing one is enough): the stamp hashes the files, never that folder."""
+    cpu = next(i for i in INSTALLERS if i.script == "install_sglang_cpu.sh")
+    python = user_venv / "bin" / "python"
+    cache = paths.REPO / "scripts" / "sglang_cpu" / "__pycache__"
+    made = not cache.exists()
+    try:
+        cache.mkdir(exist_ok=True)
+        (cache / "golden_probe.cpython-311.pyc").write_bytes(b"")
+        with_bytecode = install(cpu, python, tmp_path / "unused", "--stamp")
+        (cache / "golden_probe.cpython-311.pyc").unlink()
+        if made:
+            cache.rmdir()
+        without = install(cpu, python, tmp_path / "unused", "--stamp")
+    finally:
+        (cache / "golden_probe.cpython-311.pyc").unlink(missing_ok=True)
+        if made and cache.exists():
+            cache.rmdir()
+    assert with_bytecode.returncode == 0, with_bytecode.stderr
+    assert with_bytecode.stdout == without.stdout
+
+
 def test_a_change_in_the_user_venv_changes_the_stamp(installer, user_venv, tmp_path):
     """The "already installed" check compares this stamp with the one the install recorded."""
     python = user_venv / "bin" / "python"
