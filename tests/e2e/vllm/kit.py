@@ -95,6 +95,17 @@ def replay(url: str, golden: Path, report: Path, *extra: str) -> tuple[int, dict
     return res.exit_code, json.loads(report.read_text()), res.output
 
 
+def avx512_bf16() -> bool:
+    """Does vLLM's CPU platform take its AVX-512 BF16 paths on this machine? The same test vLLM
+    makes (`torch.cpu._is_avx512_bf16_supported()`, vllm/platforms/cpu.py): with it, vLLM loads
+    its `_C_AVX512` kernels and resets a GDN hybrid's SSM state to float32 for its accelerated
+    GDN backend. Some of what vLLM answers differs between the two kinds of CPU, and the tests
+    say what each gives (docs/findings.md, vLLM)."""
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported())
+
+
 def first_of_its_group(request_id: str) -> bool:
     """Branch 0's first turn: the only request of a group sent before any of its prefix was
     cached (the other branches' first turns reuse branch 0's shared prefix)."""
