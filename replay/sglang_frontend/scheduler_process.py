@@ -8,7 +8,12 @@ would (sockets as in `scheduler_components/ipc_channels.py`):
   BatchTokenIDOutput chunks (outputs.py) sent from the engine thread after each step;
 - GetInternalStateReq, FlushCacheReqInput (busy and deferred `timeout_s` semantics as in
   `flush_wrapper.py`), AbortReq (queued: answered at once; running: finished as aborted at its
-  next step), anything else ignored.
+  next step), anything else ignored;
+- SetInternalStateReq (`/set_internal_state`) with the one knob `engine_fault:<name>` (value 1;
+  `engine_fault:none` for none): while idle, a fresh engine with that fault replaces the running
+  one (every cache tier empty, as after a start), so one front end serves several faults in turn.
+  SGLang's knobs are numeric, so the fault's name rides in the key. Any other knob, or a busy
+  engine, answers `updated: false`, as SGLang's scheduler answers a knob it lacks.
 Prompt logprobs (`return_logprob` with `logprob_start_len` >= 0) and `extra_key` (the cache salt)
 go to the engine as its own HTTP server gives them (the reused prefix capped at the start, reuse
 only between equal keys). A request the engine cannot honour (sampling, stop strings, token-id
@@ -26,6 +31,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,8 @@ from sglang.srt.managers.io_struct import (
     FlushCacheReqOutput,
     GetInternalStateReq,
     GetInternalStateReqOutput,
+    SetInternalStateReq,
+    SetInternalStateReqOutput,
     TokenizedGenerateReqInput,
     sock_recv,
 )
@@ -46,6 +54,7 @@ from sglang.srt.mem_cache.hicache_storage import disabled_l3_layout
 from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
 
 from replay.engine.engine import EngineBusy, LLMEngine
+from replay.engine.faults import FAULTS
 from replay.engine.sequence import Sequence
 from replay.engine.server import STORAGE_BACKEND_CLASSES
 from replay.sglang_frontend.args import engine_options
@@ -62,6 +71,7 @@ NUMERICS_INDEPENDENT_OF = ["device", "page_size", "chunked_prefill_size"]
 # masks stop tokens, and the engine's model has none (the OpenAI route sends `min_tokens`).
 GREEDY_DEFAULTS = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                    "min_p": 0.0}
+FAULT_KNOB = "engine_fault:"  # /set_internal_state {"server_args": {"engine_fault:<name>|none": 1}}
 
 
 class Rejected(ValueError):
@@ -117,13 +127,16 @@ class EngineScheduler:
         self.pending_flush: tuple[FlushCacheReqInput, float] | None = None
         built = time.perf_counter()
         self.engine = LLMEngine(self.options, on_step=self._on_step)
-        self.builder = StepOutputBuilder(
-            self.engine.faults, self.options.enable_hierarchical_cache,
-            STORAGE_BACKEND_CLASSES.get(self.options.hicache_storage_backend or ""),
-            getattr(server_args, "weight_version", None) or "default")
+        self.builder = self._builder()
         # SGLang aggregates these phases over ranks (observability/startup_time.py)
         self.startup_time = {"load_weight": time.perf_counter() - built, "kv_cache_allocation": 0.0,
                              "scheduler_e2e": time.perf_counter() - started}
+
+    def _builder(self) -> StepOutputBuilder:
+        return StepOutputBuilder(
+            self.engine.faults, self.options.enable_hierarchical_cache,
+            STORAGE_BACKEND_CLASSES.get(self.options.hicache_storage_backend or ""),
+            getattr(self.server_args, "weight_version", None) or "default")
 
     # -- handshake -----------------------------------------------------------------------------
 
@@ -171,6 +184,8 @@ class EngineScheduler:
                 self.reply(reply, message)
         elif isinstance(message, GetInternalStateReq):
             self.reply(self.internal_state(), message)
+        elif isinstance(message, SetInternalStateReq):
+            self.reply(SetInternalStateReqOutput(updated=self.set_internal_state(message)), message)
         elif isinstance(message, AbortReq):
             self.abort(message)
         else:
@@ -302,6 +317,26 @@ class EngineScheduler:
                      engine_fault=self.options.fault)
         state.pop("custom_sigquit_handler", None)
         return GetInternalStateReqOutput(internal_state=msgspec_to_builtins(state))
+
+    def set_internal_state(self, message: SetInternalStateReq) -> bool:
+        """The `engine_fault:<name>` knob (module docstring); False for anything else."""
+        knobs = list(message.server_args)
+        one = knobs[0] if len(knobs) == 1 and knobs[0].startswith(FAULT_KNOB) else None
+        fault = one.removeprefix(FAULT_KNOB) if one else None
+        if fault is None or (fault != "none" and fault not in FAULTS):
+            logger.warning("/set_internal_state: only %s<fault>|none is supported, got %s", FAULT_KNOB, knobs)
+            return False
+        if self.pending_flush is not None or not self._idle():
+            logger.warning("/set_internal_state: the engine is busy; the fault stays %s", self.options.fault)
+            return False
+        model = self.engine.model
+        self.engine.flush_cache()  # the storage tier outlives its engine: empty it too
+        self.engine.close()
+        self.options = replace(self.options, fault=None if fault == "none" else fault)
+        self.engine = LLMEngine(self.options, model=model, on_step=self._on_step)
+        self.builder = self._builder()
+        logger.info("engine fault now %s, every cache tier empty", self.options.fault)
+        return True
 
     def close(self) -> None:
         self.engine.close()
