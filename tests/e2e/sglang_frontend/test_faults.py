@@ -70,7 +70,7 @@ class FrontEnds:
             self.url = self.stack.enter_context(launched(load_profile(f"embedded-sglang-{key[0]}"), model=None,
                                                          log_path=log, extra_args=extra_args))
             self.key = key
-        assert switch_fault(self.url, fault) == [True]
+        assert switch_fault(self.url, fault) == [True], f"the front end kept its fault ({self.key}): busy?"
         return self.url
 
 
