@@ -17,6 +17,16 @@ from typing import Any
 from replay.engine.options import EngineOptions
 
 FAULT_ENV = "GOLDEN_ENGINE_FAULT"
+# A running front end's fault: /set_internal_state {"server_args": {"engine_fault:<name>|none": 1}}
+# (SGLang passes numeric knobs only, so the name rides in the key; scheduler_process.py answers it)
+FAULT_KNOB = "engine_fault:"
+
+
+def fault_knob(fault: str | None) -> dict[str, int]:
+    """The `server_args` of a /set_internal_state that switches the engine to `fault` (None: none)."""
+    return {f"{FAULT_KNOB}{fault or 'none'}": 1}
+
+
 STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # SGLang's file backend reads it too
 
 # EngineOptions fields that are ServerArgs fields of the same name and meaning.

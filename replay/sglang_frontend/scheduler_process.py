@@ -57,7 +57,7 @@ from replay.engine.engine import EngineBusy, LLMEngine
 from replay.engine.faults import FAULTS
 from replay.engine.sequence import Sequence
 from replay.engine.server import STORAGE_BACKEND_CLASSES
-from replay.sglang_frontend.args import engine_options
+from replay.sglang_frontend.args import FAULT_KNOB, engine_options
 from replay.sglang_frontend.model_dir import engine_model
 from replay.sglang_frontend.outputs import StepOutputBuilder, Tracked
 
@@ -71,7 +71,6 @@ NUMERICS_INDEPENDENT_OF = ["device", "page_size", "chunked_prefill_size"]
 # masks stop tokens, and the engine's model has none (the OpenAI route sends `min_tokens`).
 GREEDY_DEFAULTS = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                    "min_p": 0.0}
-FAULT_KNOB = "engine_fault:"  # /set_internal_state {"server_args": {"engine_fault:<name>|none": 1}}
 
 
 class Rejected(ValueError):

@@ -31,6 +31,7 @@ from replay.engine.model import HybridModel
 from replay.golden.store import read_golden, write_golden
 from replay.server.launch import launched
 from replay.server.profile import load_profile
+from replay.sglang_frontend.args import fault_knob
 from replay.sglang_frontend.locate import install_hint, sglang_python
 from tests.support import paths
 
@@ -75,7 +76,7 @@ class FrontEnds:
 
 
 def switch_fault(url: str, fault: str | None) -> list[bool]:
-    return set_internal_state(url, {f"engine_fault:{fault or 'none'}": 1})
+    return set_internal_state(url, fault_knob(fault))
 
 
 def set_internal_state(url: str, knobs: dict[str, int]) -> list[bool]:
