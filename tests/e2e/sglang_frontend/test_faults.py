@@ -15,6 +15,7 @@ Needs SGLang: `bash scripts/install_sglang.sh` (scripts/test.sh runs it).
 from __future__ import annotations
 
 import json
+import time
 from contextlib import ExitStack
 from urllib import request
 
@@ -71,8 +72,20 @@ class FrontEnds:
             self.url = self.stack.enter_context(launched(load_profile(f"embedded-sglang-{key[0]}"), model=None,
                                                          log_path=log, extra_args=extra_args))
             self.key = key
-        assert switch_fault(self.url, fault) == [True], f"the front end kept its fault ({self.key}): busy?"
+        assert switch_when_idle(self.url, fault), f"the front end kept its fault ({self.key}): busy?"
         return self.url
+
+
+def switch_when_idle(url: str, fault: str | None, wait_s: float = 300.0) -> bool:
+    """The switch, asked again while the engine answers busy: after a replay that failed, its
+    requests in flight still run to their end (the engine cannot drop a sequence), and the
+    switch waits for them, as `golden replay` waits for its flush."""
+    deadline = time.monotonic() + wait_s
+    while switch_fault(url, fault) != [True]:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def switch_fault(url: str, fault: str | None) -> list[bool]:
