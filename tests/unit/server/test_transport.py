@@ -24,8 +24,12 @@ class ClosingLateServer:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         answered = None
-        while head := await reader.readuntil(b"\r\n\r\n"):
-            await reader.readexactly(content_length(head))
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(content_length(head))
+            except asyncio.IncompleteReadError:  # the client closed the connection
+                return
             if answered is not None and time.monotonic() - answered > self.idle_s:
                 writer.close()
                 return
